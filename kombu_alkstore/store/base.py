@@ -1,0 +1,449 @@
+"""The store interface: queue tables and every queue operation on them.
+
+Both engines implement the primitives marked abstract; the job lifecycle (which
+transition a requeue, retry or failure takes, the backoff curve) lives here once.
+
+Every operation on a claimed job (:meth:`Store.ack`, :meth:`Store.heartbeat`,
+:meth:`Store.release`, :meth:`Store.requeue`, :meth:`Store.retry`, :meth:`Store.fail`)
+is valid only with the claim's token while its deadline holds; otherwise it changes
+nothing, and the job's id is missing from the returned set.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextvars
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigurationError
+from .backoff import backoff_delay
+from .options import StoreOptions, StoreURL, validate_name
+from .schema import build_tables, ddl_statements
+
+EXCHANGE_TYPES = ("direct", "topic", "fanout")
+
+#: The caller's open connection for transactional publish (see ``bound_connection``).
+AMBIENT: contextvars.ContextVar[Any] = contextvars.ContextVar("alkstore_ambient", default=None)
+
+
+@contextmanager
+def bound_connection(connection: Any) -> Iterator[None]:
+    """Route every store write of this context (thread or asyncio task) through the
+    caller's open ``connection``: nothing is committed by the store, so the jobs commit or
+    roll back with the caller's transaction. Each store checks at first use that the
+    connection reaches its database and schema."""
+    token = AMBIENT.set(connection)
+    try:
+        yield
+    finally:
+        AMBIENT.reset(token)
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A message to enqueue. ``run_at``/``expires_at`` are absolute epoch seconds."""
+
+    queue: str
+    body: bytes
+    priority: int = 0
+    run_at: float | None = None
+    delay: float | None = None
+    expires_at: float | None = None
+    msg_id: str | None = None
+    visibility_timeout: float | None = None
+    max_attempts: int | None = None
+    backoff_base: float | None = None
+
+    def checked(self) -> NewJob:
+        """Validate every field; raise :class:`ConfigurationError` naming the bad one."""
+        validate_name(self.queue, "queue name")
+        if isinstance(self.body, str):
+            object.__setattr__(self, "body", self.body.encode("utf-8"))
+        if not isinstance(self.body, (bytes, bytearray, memoryview)):
+            raise ConfigurationError(f"job body must be bytes or str, got {type(self.body)!r}")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise ConfigurationError(f"priority must be an integer 0-255, got {self.priority!r}")
+        if not 0 <= self.priority <= 255:
+            raise ConfigurationError(f"priority must be 0-255, got {self.priority!r}")
+        if self.delay is not None and (not _is_number(self.delay) or self.delay < 0):
+            raise ConfigurationError(f"delay must be a number >= 0, got {self.delay!r}")
+        for name in ("run_at", "expires_at"):
+            value = getattr(self, name)
+            if value is not None and not _is_number(value):
+                raise ConfigurationError(f"{name} must be epoch seconds, got {value!r}")
+        for name in ("visibility_timeout", "backoff_base"):
+            value = getattr(self, name)
+            if value is not None and (not _is_number(value) or value <= 0):
+                raise ConfigurationError(f"{name} must be a positive number, got {value!r}")
+        if self.max_attempts is not None and (
+            isinstance(self.max_attempts, bool)
+            or not isinstance(self.max_attempts, int)
+            or self.max_attempts < 1
+        ):
+            raise ConfigurationError(
+                f"max_attempts must be an integer >= 1, got {self.max_attempts!r}"
+            )
+        if self.msg_id is not None:
+            validate_name(self.msg_id, "message id")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A claimed job: the claim's handle (``id``, ``token``) plus what a consumer needs."""
+
+    id: int
+    token: int
+    queue: str
+    body: bytes
+    priority: int
+    attempts: int
+    max_attempts: int
+    backoff_base: float
+    deadline: float
+    msg_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as :meth:`Store.get_job` and the dead-letter reads see it."""
+
+    id: int
+    queue: str
+    msg_id: str | None
+    body: bytes
+    priority: int
+    state: str  # 'pending' | 'processing' | 'dead'
+    attempts: int
+    max_attempts: int
+    created_at: float
+    run_at: float | None = None
+    expires_at: float | None = None
+    deadline: float | None = None
+    died_at: float | None = None
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """Per-queue counts; ``oldest_age`` is the age in seconds of the oldest due pending job."""
+
+    queue: str
+    pending: int = 0
+    delayed: int = 0
+    processing: int = 0
+    dead: int = 0
+    oldest_age: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    expired: int = 0
+    dead_purged: int = 0
+    queues_dropped: tuple[str, ...] = ()
+
+
+@dataclass
+class Wakeup:
+    """What a waiter saw: queues with due work, or ``any`` when the engine cannot tell."""
+
+    queues: set[str] = field(default_factory=set)
+    any: bool = False
+    #: The earliest future ``run_at`` announced (delayed work), if any.
+    next_at: float | None = None
+
+    def __bool__(self) -> bool:
+        return self.any or bool(self.queues)
+
+
+class Waiter(abc.ABC):
+    """A wake-up source for new work; one per consumer, not shared between threads."""
+
+    @abc.abstractmethod
+    def fileno(self) -> int | None:
+        """A socket to select on (PostgreSQL), or None when the engine polls (SQLite)."""
+
+    @abc.abstractmethod
+    def poll(self) -> Wakeup:
+        """Collect pending wake-ups without blocking."""
+
+    @abc.abstractmethod
+    def wait(self, timeout: float) -> Wakeup:
+        """Block until work is announced or ``timeout`` seconds pass."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _handles(deliveries: Iterable[Delivery]) -> list[Delivery]:
+    return list(deliveries)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    """A beat schedule as stored: ``args``/``kwargs``/``options`` are JSON text."""
+
+    name: str
+    spec: str
+    interval: float
+    task: str
+    args: str
+    kwargs: str
+    options: str
+    next_at: float
+    origin: str
+
+
+class Store(abc.ABC):
+    """Queue tables on one database. Thread-safe; one instance per process is enough."""
+
+    engine: str
+
+    def __init__(self, url: StoreURL, options: StoreOptions) -> None:
+        self.url = url
+        self.options = options
+        self.tables = build_tables(options.schema, self.engine)
+
+    # ------------------------------------------------------------------ setup
+    def ddl(self) -> list[str]:
+        """The idempotent DDL for this store (for migrations run by a privileged role)."""
+        return ddl_statements(self.options.schema, self.engine)
+
+    @abc.abstractmethod
+    def setup(self) -> None:
+        """Create the tables if missing; idempotent and safe from many processes at once."""
+
+    @abc.abstractmethod
+    def schema_version(self) -> int | None:
+        """The stored schema version, or None when the tables are missing."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    # ---------------------------------------------------------------- enqueue
+    def enqueue(self, queue: str, body: bytes | str, **kwargs: Any) -> int:
+        """Enqueue one job (see :class:`NewJob` for the keyword arguments); return its id."""
+        return self.enqueue_many([NewJob(queue, body, **kwargs)])[0]
+
+    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[int]:
+        """Enqueue jobs atomically (all or none); return their ids in order.
+
+        Missing ``visibility_timeout``/``max_attempts``/``backoff_base`` are stamped from
+        the queue's options, then the store's; a queue ``message_ttl`` sets ``expires_at``.
+        Workers waiting on these queues are woken when the jobs commit.
+        """
+        checked = [job.checked() for job in jobs]
+        if not checked:
+            return []
+        return self._insert(checked)
+
+    @abc.abstractmethod
+    def _insert(self, jobs: list[NewJob]) -> list[int]: ...
+
+    # ------------------------------------------------------------------ claim
+    @abc.abstractmethod
+    def claim(self, queues: Sequence[str], limit: int = 1) -> list[Delivery]:
+        """Claim up to ``limit`` due jobs from ``queues`` in ``priority DESC, run_at, id`` order.
+
+        One statement; each job claimed once however many consumers race (row locks skipped
+        on PostgreSQL, one writer at a time on SQLite). Each claim gets a fresh token, adds
+        one attempt and a deadline of ``now + visibility_timeout``. A lapsed claim whose
+        attempts are spent goes to the dead letters instead; expired jobs are never claimed.
+        """
+
+    # ------------------------------------------------- operations on a claim
+    def ack(self, deliveries: Iterable[Delivery]) -> set[int]:
+        """Delete finished jobs; return the ids whose ack landed."""
+        return self._delete_held(_handles(deliveries))
+
+    def heartbeat(self, deliveries: Iterable[Delivery], extend: float | None = None) -> set[int]:
+        """Reset deadlines to ``now + extend`` (default: each job's visibility timeout).
+
+        Returns the ids still held; a lapsed claim is not taken back.
+        """
+        if extend is not None and (not _is_number(extend) or extend <= 0):
+            raise ConfigurationError(f"heartbeat extend must be a positive number, got {extend!r}")
+        return self._extend_held(_handles(deliveries), extend)
+
+    def release(self, deliveries: Iterable[Delivery]) -> set[int]:
+        """Hand jobs back unprocessed (clean shutdown): due at once, the attempt refunded."""
+        return self._pend_held([(d, 0.0, 1) for d in deliveries])
+
+    def requeue(self, deliveries: Iterable[Delivery]) -> set[int]:
+        """Return jobs to pending, keeping the attempt: at once after a first delivery,
+        after the backoff curve on later ones; a spent budget dead-letters instead."""
+        return self.retry(deliveries, delay=None, first_immediate=True)
+
+    def retry(
+        self,
+        deliveries: Iterable[Delivery],
+        delay: float | None = None,
+        error: str = "attempts exhausted",
+        *,
+        first_immediate: bool = False,
+    ) -> set[int]:
+        """Return jobs to pending after ``delay`` (default: the backoff curve).
+
+        A job whose attempts are spent goes to the dead letters with ``error``.
+        """
+        if delay is not None and (not _is_number(delay) or delay < 0):
+            raise ConfigurationError(f"retry delay must be a number >= 0, got {delay!r}")
+        pend, spent = [], []
+        for d in deliveries:
+            if d.attempts >= d.max_attempts:
+                spent.append(d)
+                continue
+            if delay is not None:
+                wait = float(delay)
+            elif first_immediate and d.attempts <= 1:
+                wait = 0.0
+            else:
+                wait = backoff_delay(d.attempts, d.backoff_base)
+            pend.append((d, wait, 0))
+        landed = self._pend_held(pend) if pend else set()
+        if spent:
+            landed |= self._kill_held(spent, error)
+        return landed
+
+    def fail(self, deliveries: Iterable[Delivery], error: str) -> set[int]:
+        """Move jobs to the dead letters with ``error``."""
+        return self._kill_held(_handles(deliveries), str(error))
+
+    @abc.abstractmethod
+    def _delete_held(self, held: list[Delivery]) -> set[int]: ...
+
+    @abc.abstractmethod
+    def _extend_held(self, held: list[Delivery], extend: float | None) -> set[int]: ...
+
+    @abc.abstractmethod
+    def _pend_held(self, held: list[tuple[Delivery, float, int]]) -> set[int]:
+        """Held jobs to pending: ``run_at = now + delay``, ``attempts -= refund``."""
+
+    @abc.abstractmethod
+    def _kill_held(self, held: list[Delivery], error: str) -> set[int]: ...
+
+    # ------------------------------------------------------------ maintenance
+    @abc.abstractmethod
+    def sweep(self) -> SweepResult:
+        """Expired jobs (pending or processing) to dead with 'expired'; purge dead letters
+        past retention; drop queues unused past their ``x-expires``. Idempotent."""
+
+    # ------------------------------------------------------------ reads, admin
+    @abc.abstractmethod
+    def get_job(self, job_id: int | str) -> Job | None:
+        """A live or dead job by its own id (int) or its message id (str, the Celery task id)."""
+
+    @abc.abstractmethod
+    def counts(self, queues: Sequence[str] | None = None) -> list[QueueCounts]:
+        """Per-queue counts for the given queues (default: every queue with jobs or dead)."""
+
+    @abc.abstractmethod
+    def purge(self, queue: str) -> int:
+        """Delete the queue's pending jobs; return how many."""
+
+    @abc.abstractmethod
+    def dead_list(self, queue: str | None = None, limit: int = 100) -> list[Job]:
+        """Dead letters, newest first."""
+
+    @abc.abstractmethod
+    def dead_requeue(self, ids: Sequence[int] | None = None, queue: str | None = None) -> int:
+        """Move dead letters back to pending (attempts reset); ``ids=None`` means all
+        (of ``queue`` when given). Returns how many moved."""
+
+    @abc.abstractmethod
+    def dead_purge(self, ids: Sequence[int] | None = None, queue: str | None = None) -> int:
+        """Delete dead letters; ``ids=None`` means all (of ``queue`` when given)."""
+
+    # ---------------------------------------------------------------- routing
+    @abc.abstractmethod
+    def exchange_declare(self, name: str, type_: str) -> None: ...
+
+    @abc.abstractmethod
+    def exchange_type(self, name: str) -> str | None: ...
+
+    @abc.abstractmethod
+    def exchange_delete(self, name: str) -> None: ...
+
+    @abc.abstractmethod
+    def bind(self, exchange: str, routing_key: str, queue: str) -> None: ...
+
+    @abc.abstractmethod
+    def unbind(self, exchange: str, routing_key: str, queue: str) -> None: ...
+
+    @abc.abstractmethod
+    def bindings(self, exchange: str) -> list[tuple[str, str]]:
+        """``(routing_key, queue)`` pairs bound to ``exchange``."""
+
+    @abc.abstractmethod
+    def routing_version(self) -> int:
+        """A number that changes whenever exchanges or bindings change (for caches)."""
+
+    @abc.abstractmethod
+    def queue_declare(
+        self, name: str, message_ttl: float | None = None, expires: float | None = None
+    ) -> None:
+        """Create or refresh a queue's row (options, last use)."""
+
+    @abc.abstractmethod
+    def queue_exists(self, name: str) -> bool: ...
+
+    @abc.abstractmethod
+    def queue_delete(self, name: str) -> int:
+        """Drop the queue: its row, bindings and live jobs. Returns jobs deleted."""
+
+    @abc.abstractmethod
+    def touch_queues(self, names: Sequence[str]) -> None:
+        """Mark queues as used now (keeps ``x-expires`` queues of live consumers)."""
+
+    # ----------------------------------------------------------------- leases
+    @abc.abstractmethod
+    def lease_acquire(self, name: str, owner: str, ttl: float) -> bool:
+        """Take or renew the named lease for ``ttl`` seconds; False while another holds it."""
+
+    @abc.abstractmethod
+    def lease_release(self, name: str, owner: str) -> bool: ...
+
+    @abc.abstractmethod
+    def lease_holder(self, name: str) -> str | None:
+        """The live holder of a lease, or None."""
+
+    # ----------------------------------------------------------------- wakeup
+    @abc.abstractmethod
+    def waiter(self) -> Waiter:
+        """A new wake-up source announcing enqueued work on any queue."""
+
+    # -------------------------------------------------------------- schedules
+    @abc.abstractmethod
+    def schedule_upsert(self, row: ScheduleRow, keep_grid: bool = True) -> None:
+        """Insert or update a schedule. With ``keep_grid`` an existing row whose interval
+        is unchanged keeps its stored ``next_at`` (its grid survives restarts)."""
+
+    @abc.abstractmethod
+    def schedule_delete(self, name: str) -> bool: ...
+
+    @abc.abstractmethod
+    def schedule_list(self) -> list[ScheduleRow]: ...
+
+    @abc.abstractmethod
+    @contextmanager
+    def schedule_tick(self) -> Iterator[Any]:
+        """One transaction for one tick: yields an object with ``due(now)`` (locks due rows,
+        skipping rows another ticker holds) and ``advance(name, prev, new) -> bool``
+        (guarded by the previous ``next_at``). Enqueues made inside commit with it."""
+
+    # ------------------------------------------------- transactional publish
+    @abc.abstractmethod
+    def _adopt(self, connection: Any) -> Any:
+        """Check a caller's connection reaches this store; return the driver connection."""
+
+    @staticmethod
+    def now() -> float:
+        return time.time()

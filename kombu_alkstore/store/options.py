@@ -1,0 +1,166 @@
+"""Store options and URL parsing: every bad value is refused with an error naming it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from typing import Any
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from ..errors import ConfigurationError
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")
+#: Longest queue/exchange/routing-key/schedule name accepted, in characters.
+MAX_NAME_LENGTH = 1024
+
+POSTGRES_DRIVERS = {"postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2"}
+SQLITE_DRIVERS = {"sqlite", "sqlite+pysqlite"}
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """Per-store settings; the queue defaults are stamped on each job at enqueue."""
+
+    schema: str = "alkstore"
+    visibility_timeout: float = 300.0
+    max_attempts: int = 3
+    backoff_base: float = 5.0
+    dead_letter_retention: float | None = None
+    #: Create the tables on connect; turn off where the role may not create tables.
+    setup: bool = True
+    #: SQLite: how long a writer waits for the lock, in seconds.
+    busy_timeout: float = 30.0
+    #: PostgreSQL: the largest number of pooled connections per store.
+    pool_max_size: int = 4
+
+    def __post_init__(self) -> None:
+        validate_identifier(self.schema, "schema")
+        _positive(self.visibility_timeout, "visibility_timeout")
+        _positive(self.backoff_base, "backoff_base")
+        _positive(self.busy_timeout, "busy_timeout")
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise ConfigurationError(
+                f"option max_attempts must be an integer >= 1, got {self.max_attempts!r}"
+            )
+        if not isinstance(self.pool_max_size, int) or self.pool_max_size < 1:
+            raise ConfigurationError(
+                f"option pool_max_size must be an integer >= 1, got {self.pool_max_size!r}"
+            )
+        if self.dead_letter_retention is not None:
+            _positive(self.dead_letter_retention, "dead_letter_retention")
+
+    @classmethod
+    def names(cls) -> frozenset[str]:
+        return frozenset(f.name for f in fields(cls))
+
+    @classmethod
+    def from_mapping(cls, values: dict[str, Any]) -> StoreOptions:
+        """Build options from a mapping, coercing strings (``"30"``, ``"false"``) to types."""
+        kwargs: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name in values and values[f.name] is not None:
+                kwargs[f.name] = coerce_option(f.name, values[f.name], f.default)
+        return cls(**kwargs)
+
+
+def coerce_option(name: str, value: Any, default: Any) -> Any:
+    """Coerce ``value`` to the type of ``default``; raise naming ``name`` when it cannot."""
+    try:
+        if isinstance(default, bool):
+            if isinstance(value, str):
+                lowered = value.strip().lower()
+                if lowered in {"1", "true", "yes", "on"}:
+                    return True
+                if lowered in {"0", "false", "no", "off"}:
+                    return False
+                raise ValueError(value)
+            return bool(value)
+        if isinstance(default, int):
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if isinstance(default, float) or default is None:
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"option {name} has a bad value {value!r}") from None
+
+
+def _positive(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigurationError(f"option {name} must be a positive number, got {value!r}")
+
+
+def validate_identifier(value: Any, what: str) -> str:
+    """Accept a plain SQL identifier (letters, digits, underscore; at most 48 chars)."""
+    if not isinstance(value, str) or not _IDENTIFIER.match(value):
+        raise ConfigurationError(
+            f"{what} {value!r} is not a valid identifier "
+            "(letters, digits and underscores, not starting with a digit, at most 48 characters)"
+        )
+    return value
+
+
+def validate_name(value: Any, what: str = "queue name") -> str:
+    """Accept any non-empty text a database can store as data; refuse the rest clearly."""
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{what} must be a string, got {value!r}")
+    if not value:
+        raise ConfigurationError(f"{what} must not be empty")
+    if len(value) > MAX_NAME_LENGTH:
+        raise ConfigurationError(
+            f"{what} is {len(value)} characters long; at most {MAX_NAME_LENGTH} are allowed: "
+            f"{value[:40]!r}..."
+        )
+    if "\x00" in value:
+        raise ConfigurationError(f"{what} {value!r} contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigurationError(f"{what} {value!r} is not valid unicode text") from None
+    return value
+
+
+@dataclass(frozen=True)
+class StoreURL:
+    """A parsed database URL: which engine, and how to reach it."""
+
+    engine: str  # "postgresql" or "sqlite"
+    url: URL
+
+    @property
+    def conninfo(self) -> str:
+        """PostgreSQL: a libpq URI (password included) for psycopg."""
+        return self.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+    @property
+    def path(self) -> str:
+        """SQLite: the database file path."""
+        return self.url.database or ""
+
+    def masked(self) -> str:
+        return self.url.render_as_string(hide_password=True)
+
+
+def parse_store_url(url: str | URL) -> StoreURL:
+    """Parse ``postgresql://…`` or ``sqlite:///file.db`` (SQLAlchemy URL syntax)."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError, TypeError) as exc:
+        raise ConfigurationError(f"bad database URL {str(url)!r}: {exc}") from None
+    driver = parsed.drivername
+    if driver in POSTGRES_DRIVERS:
+        return StoreURL("postgresql", parsed)
+    if driver in SQLITE_DRIVERS:
+        if not parsed.database or parsed.database == ":memory:":
+            raise ConfigurationError(
+                f"bad database URL {str(url)!r}: SQLite needs a file (sqlite:///path.db); "
+                "an in-memory database cannot be shared by a worker and its clients"
+            )
+        return StoreURL("sqlite", parsed)
+    raise ConfigurationError(
+        f"bad database URL {parsed.render_as_string()!r}: unsupported scheme {driver!r} "
+        "(use postgresql://… or sqlite:///…)"
+    )

@@ -1,0 +1,649 @@
+"""PostgreSQL engine: psycopg 3 with a connection pool, ``FOR UPDATE SKIP LOCKED`` claims
+and ``LISTEN/NOTIFY`` wake-ups (payload: ``[run_at, queue]`` as JSON)."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from ..errors import ConfigurationError, SchemaMissing, StoreUnavailable
+from .base import (
+    AMBIENT,
+    EXCHANGE_TYPES,
+    Delivery,
+    Job,
+    NewJob,
+    QueueCounts,
+    ScheduleRow,
+    Store,
+    SweepResult,
+    Waiter,
+    Wakeup,
+)
+from .options import StoreOptions, StoreURL, validate_name
+
+NOW = "extract(epoch FROM statement_timestamp())::float8"
+_DEAD_COLS = (
+    "id, queue, msg_id, body, priority, attempts, max_attempts, visibility_timeout, "
+    "backoff_base, expires_at, created_at"
+)
+_JOB_COLS = (
+    "id, queue, msg_id, body, priority, state, attempts, max_attempts, created_at, run_at, "
+    "expires_at, deadline"
+)
+_DEAD_READ = (
+    "id, queue, msg_id, body, priority, 'dead', attempts, max_attempts, created_at, NULL, "
+    "expires_at, NULL, died_at, last_error"
+)
+# The validity predicate of every operation on a claim: right token, deadline not passed.
+_HELD = f"j.id = h.id AND j.token = h.token AND j.state = 'processing' AND j.deadline > {NOW}"
+
+
+class PostgresStore(Store):
+    """The store on PostgreSQL 13+, in its own schema."""
+
+    engine = "postgresql"
+
+    def __init__(self, url: StoreURL, options: StoreOptions) -> None:
+        super().__init__(url, options)
+        self._pid = os.getpid()
+        t = self.tables
+        self.channel = f"alkstore_{options.schema}"
+        q = {
+            name: t.qualified(getattr(t, name))
+            for name in (
+                "jobs",
+                "dead",
+                "exchanges",
+                "bindings",
+                "queues",
+                "schedules",
+                "leases",
+                "meta",
+            )
+        }
+        self._sql = {k: v.format(**q) for k, v in _SQL.items()}
+        try:
+            # One direct connection first so an unreachable database is a clear error now.
+            with psycopg.connect(url.conninfo, autocommit=True, connect_timeout=10) as conn:
+                if options.setup:
+                    self._setup(conn)
+                elif (
+                    conn.execute(
+                        "SELECT to_regclass(%s)", (self.tables.qualified(t.jobs),)
+                    ).fetchone()[0]
+                    is None
+                ):
+                    raise SchemaMissing(
+                        f"the alkstore tables are missing in schema {options.schema!r} of "
+                        f"{url.masked()}; run `kombu-alkstore setup` (or its DDL) first"
+                    )
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(
+                f"cannot connect to PostgreSQL at {url.masked()}: {str(exc).strip()}"
+            ) from exc
+        self._pool = ConnectionPool(
+            url.conninfo,
+            min_size=1,
+            max_size=options.pool_max_size,
+            kwargs={"autocommit": True},
+            open=True,
+            name=f"alkstore-{options.schema}",
+        )
+
+    # ------------------------------------------------------------------ plumbing
+    @contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection]:
+        ambient = AMBIENT.get()
+        if ambient is not None:
+            yield self._adopt(ambient)
+            return
+        with self._pool.connection() as conn:
+            yield conn
+
+    def _all(self, key: str, params: dict[str, Any] | None = None) -> list[tuple]:
+        with self._conn() as conn:
+            return conn.execute(self._sql[key], params).fetchall()
+
+    def _one(self, key: str, params: dict[str, Any] | None = None) -> tuple | None:
+        with self._conn() as conn:
+            return conn.execute(self._sql[key], params).fetchone()
+
+    def _run(self, key: str, params: dict[str, Any] | None = None) -> int:
+        with self._conn() as conn:
+            return conn.execute(self._sql[key], params).rowcount
+
+    def close(self) -> None:
+        if os.getpid() == self._pid:  # a forked child must not close its parent's sockets
+            self._pool.close()
+
+    # --------------------------------------------------------------------- setup
+    def _setup(self, conn: psycopg.Connection) -> None:
+        with conn.transaction():
+            # Serialise concurrent setups of this schema (CREATE … IF NOT EXISTS races).
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.channel,))
+            for stmt in self.ddl():
+                conn.execute(stmt)
+
+    def setup(self) -> None:
+        with self._pool.connection() as conn:
+            self._setup(conn)
+
+    def schema_version(self) -> int | None:
+        with self._conn() as conn:
+            exists = conn.execute(
+                "SELECT to_regclass(%s)", (self.tables.qualified(self.tables.meta),)
+            ).fetchone()
+            if not exists or exists[0] is None:
+                return None
+            row = conn.execute(self._sql["version"]).fetchone()
+        return int(row[0]) if row else None
+
+    # ------------------------------------------------------------------- enqueue
+    def _insert(self, jobs: list[NewJob]) -> list[int]:
+        o = self.options
+        params = [
+            {
+                "queue": j.queue,
+                "msg_id": j.msg_id,
+                "body": bytes(j.body),
+                "priority": j.priority,
+                "run_at": j.run_at,
+                "delay": j.delay,
+                "expires_at": j.expires_at,
+                "vt": j.visibility_timeout,
+                "ma": j.max_attempts,
+                "bb": j.backoff_base,
+                "d_vt": o.visibility_timeout,
+                "d_ma": o.max_attempts,
+                "d_bb": o.backoff_base,
+                "channel": self.channel,
+            }
+            for j in jobs
+        ]
+        with self._conn() as conn:
+            if len(params) == 1:
+                return [conn.execute(self._sql["insert"], params[0]).fetchone()[0]]
+            with conn.transaction(), conn.cursor() as cur:
+                cur.executemany(self._sql["insert"], params, returning=True)
+                ids = []
+                while True:
+                    ids.append(cur.fetchone()[0])
+                    if not cur.nextset():
+                        return ids
+
+    # --------------------------------------------------------------------- claim
+    def claim(self, queues: Sequence[str], limit: int = 1) -> list[Delivery]:
+        if limit < 1 or not queues:
+            return []
+        rows = self._all("claim", {"queues": list(queues), "limit": int(limit)})
+        rows.sort(key=lambda r: (-r[4], r[9], r[0]))  # priority DESC, previous run_at, id
+        return [Delivery(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[10]) for r in rows]
+
+    @staticmethod
+    def _arrays(held: list[Delivery]) -> dict[str, Any]:
+        return {"ids": [d.id for d in held], "tokens": [d.token for d in held]}
+
+    def _ids(self, key: str, params: dict[str, Any]) -> set[int]:
+        return {r[0] for r in self._all(key, params)}
+
+    def _delete_held(self, held: list[Delivery]) -> set[int]:
+        return self._ids("ack", self._arrays(held)) if held else set()
+
+    def _extend_held(self, held: list[Delivery], extend: float | None) -> set[int]:
+        if not held:
+            return set()
+        return self._ids("heartbeat", {**self._arrays(held), "extend": extend})
+
+    def _pend_held(self, held: list[tuple[Delivery, float, int]]) -> set[int]:
+        if not held:
+            return set()
+        params = self._arrays([d for d, _, _ in held])
+        params["delays"] = [float(w) for _, w, _ in held]
+        params["refunds"] = [int(r) for _, _, r in held]
+        params["channel"] = self.channel
+        return self._ids("pend", params)
+
+    def _kill_held(self, held: list[Delivery], error: str) -> set[int]:
+        if not held:
+            return set()
+        return self._ids("kill", {**self._arrays(held), "error": error})
+
+    # --------------------------------------------------------------- maintenance
+    def sweep(self) -> SweepResult:
+        row = self._one("sweep", {"retention": self.options.dead_letter_retention})
+        assert row is not None
+        return SweepResult(row[0], row[1], tuple(row[2] or ()))
+
+    # -------------------------------------------------------------- reads, admin
+    def get_job(self, job_id: int | str) -> Job | None:
+        key = "get_job_by_id" if isinstance(job_id, int) else "get_job_by_msg"
+        row = self._one(key, {"id": job_id})
+        return Job(*row) if row else None
+
+    def counts(self, queues: Sequence[str] | None = None) -> list[QueueCounts]:
+        rows = self._all("counts", {"queues": list(queues) if queues is not None else None})
+        return [QueueCounts(*r) for r in rows]
+
+    def purge(self, queue: str) -> int:
+        return self._run("purge", {"queue": queue})
+
+    def dead_list(self, queue: str | None = None, limit: int = 100) -> list[Job]:
+        rows = self._all("dead_list", {"queue": queue, "limit": int(limit)})
+        return [Job(*r) for r in rows]
+
+    def dead_requeue(self, ids: Sequence[int] | None = None, queue: str | None = None) -> int:
+        params = {"ids": None if ids is None else list(ids), "queue": queue}
+        params["channel"] = self.channel
+        return self._run("dead_requeue", params)
+
+    def dead_purge(self, ids: Sequence[int] | None = None, queue: str | None = None) -> int:
+        return self._run("dead_purge", {"ids": None if ids is None else list(ids), "queue": queue})
+
+    # ------------------------------------------------------------------- routing
+    def exchange_declare(self, name: str, type_: str) -> None:
+        validate_name(name, "exchange name")
+        if type_ not in EXCHANGE_TYPES:
+            raise ConfigurationError(f"exchange type {type_!r} is not one of {EXCHANGE_TYPES}")
+        self._run("exchange_declare", {"name": name, "type": type_})
+
+    def exchange_type(self, name: str) -> str | None:
+        row = self._one("exchange_type", {"name": name})
+        return row[0] if row else None
+
+    def exchange_delete(self, name: str) -> None:
+        self._run("exchange_delete", {"name": name})
+
+    def bind(self, exchange: str, routing_key: str, queue: str) -> None:
+        validate_name(exchange, "exchange name")
+        validate_name(queue, "queue name")
+        if routing_key:
+            validate_name(routing_key, "routing key")
+        self._run("bind", {"exchange": exchange, "rk": routing_key or "", "queue": queue})
+
+    def unbind(self, exchange: str, routing_key: str, queue: str) -> None:
+        self._run("unbind", {"exchange": exchange, "rk": routing_key or "", "queue": queue})
+
+    def bindings(self, exchange: str) -> list[tuple[str, str]]:
+        return [(r[0], r[1]) for r in self._all("bindings", {"exchange": exchange})]
+
+    def routing_version(self) -> int:
+        row = self._one("routing_version")
+        return int(row[0]) if row else 0
+
+    def queue_declare(
+        self, name: str, message_ttl: float | None = None, expires: float | None = None
+    ) -> None:
+        validate_name(name, "queue name")
+        self._run("queue_declare", {"name": name, "ttl": message_ttl, "expires": expires})
+
+    def queue_exists(self, name: str) -> bool:
+        return self._one("queue_exists", {"name": name}) is not None
+
+    def queue_delete(self, name: str) -> int:
+        row = self._one("queue_delete", {"name": name})
+        return int(row[0]) if row else 0
+
+    def touch_queues(self, names: Sequence[str]) -> None:
+        if names:
+            self._run("touch_queues", {"names": list(names)})
+
+    # -------------------------------------------------------------------- leases
+    def lease_acquire(self, name: str, owner: str, ttl: float) -> bool:
+        return self._one("lease_acquire", {"name": name, "owner": owner, "ttl": ttl}) is not None
+
+    def lease_release(self, name: str, owner: str) -> bool:
+        return self._run("lease_release", {"name": name, "owner": owner}) > 0
+
+    def lease_holder(self, name: str) -> str | None:
+        row = self._one("lease_holder", {"name": name})
+        return row[0] if row else None
+
+    # ----------------------------------------------------------------- schedules
+    def schedule_upsert(self, row: ScheduleRow, keep_grid: bool = True) -> None:
+        params = {f: getattr(row, f) for f in ScheduleRow.__slots__}
+        params["keep"] = keep_grid
+        self._run("schedule_upsert", params)
+
+    def schedule_delete(self, name: str) -> bool:
+        return self._run("schedule_delete", {"name": name}) > 0
+
+    def schedule_list(self) -> list[ScheduleRow]:
+        return [ScheduleRow(*r) for r in self._all("schedule_list")]
+
+    @contextmanager
+    def schedule_tick(self) -> Iterator[Any]:
+        with self._pool.connection() as conn, conn.transaction():
+            token = AMBIENT.set(conn)
+            try:
+                yield _Tick(self, conn)
+            finally:
+                AMBIENT.reset(token)
+
+    # -------------------------------------------------------------------- wakeup
+    def waiter(self) -> Waiter:
+        return PostgresWaiter(self.url.conninfo, self.channel)
+
+    # ------------------------------------------------------ transactional publish
+    def _adopt(self, connection: Any) -> psycopg.Connection:
+        conn = _driver_connection(connection)
+        if not isinstance(conn, psycopg.Connection):
+            raise ConfigurationError(
+                f"transaction(): {type(connection).__name__} is not a PostgreSQL connection, "
+                f"but the broker is {self.url.masked()}"
+            )
+        checked = getattr(conn, "_alkstore_checked", None)
+        if checked != self.channel:
+            row = conn.execute(
+                "SELECT current_database(), to_regclass(%s) IS NOT NULL",
+                (self.tables.qualified(self.tables.jobs),),
+            ).fetchone()
+            if row is None or row[0] != self.url.url.database or not row[1]:
+                raise ConfigurationError(
+                    f"transaction(): the connection is to database {row[0] if row else '?'!r}"
+                    f"{'' if row and row[1] else ' without the alkstore schema'}, but the "
+                    f"broker is {self.url.masked()} (schema {self.options.schema!r})"
+                )
+            conn._alkstore_checked = self.channel  # type: ignore[attr-defined]
+        return conn
+
+
+def _driver_connection(connection: Any) -> Any:
+    """The psycopg/sqlite3 connection under a SQLAlchemy Connection or Session."""
+    get_conn = getattr(connection, "connection", None)  # SQLAlchemy Session → Connection
+    if hasattr(connection, "get_bind") and callable(get_conn):
+        connection = get_conn()
+    dbapi = getattr(connection, "connection", None)  # SQLAlchemy Connection → pool proxy
+    if dbapi is not None and hasattr(dbapi, "driver_connection"):
+        return dbapi.driver_connection
+    return connection
+
+
+class _Tick:
+    """One beat tick's transaction on PostgreSQL."""
+
+    def __init__(self, store: PostgresStore, conn: psycopg.Connection) -> None:
+        self.store, self.conn = store, conn
+
+    def due(self, now: float) -> list[ScheduleRow]:
+        rows = self.conn.execute(self.store._sql["schedule_due"], {"now": now}).fetchall()
+        return [ScheduleRow(*r) for r in rows]
+
+    def advance(self, name: str, prev: float, new: float) -> bool:
+        cur = self.conn.execute(
+            self.store._sql["schedule_advance"], {"name": name, "prev": prev, "new": new}
+        )
+        return cur.rowcount == 1
+
+
+class PostgresWaiter(Waiter):
+    """A dedicated autocommit connection LISTENing on the store's channel."""
+
+    def __init__(self, conninfo: str, channel: str) -> None:
+        self._conn = psycopg.connect(conninfo, autocommit=True)
+        self._conn.execute(f'LISTEN "{channel}"')  # channel: from a validated identifier
+        self._pid = os.getpid()
+
+    def fileno(self) -> int | None:
+        return self._conn.fileno()
+
+    def _collect(self, timeout: float) -> Wakeup:
+        wake = Wakeup()
+        now = time.time()
+        for note in self._conn.notifies(timeout=timeout, stop_after=None if timeout == 0 else 1):
+            try:
+                run_at, queue = json.loads(note.payload)
+            except (ValueError, TypeError):
+                wake.any = True
+                continue
+            if run_at is None or run_at <= now + 0.001:
+                wake.queues.add(queue)
+            elif wake.next_at is None or run_at < wake.next_at:
+                wake.next_at = run_at
+        if timeout and wake.queues:  # pick up the rest of a burst without blocking
+            more = self._collect(0)
+            wake.queues |= more.queues
+            wake.any |= more.any
+            if more.next_at and (wake.next_at is None or more.next_at < wake.next_at):
+                wake.next_at = more.next_at
+        return wake
+
+    def poll(self) -> Wakeup:
+        return self._collect(0)
+
+    def wait(self, timeout: float) -> Wakeup:
+        ready, _, _ = select.select([self._conn.fileno()], [], [], max(timeout, 0))
+        return self._collect(0) if ready else Wakeup()
+
+    def close(self) -> None:
+        if os.getpid() == self._pid:
+            self._conn.close()
+
+
+_NOTIFY = "pg_notify(%(channel)s, json_build_array({run_at}, {queue})::text)"
+
+_SQL: dict[str, str] = {
+    "version": "SELECT value FROM {meta} WHERE key = 'schema_version'",
+    "insert": f"""
+WITH q AS (SELECT * FROM {{queues}} WHERE name = %(queue)s),
+ins AS (
+  INSERT INTO {{jobs}} (queue, msg_id, body, priority, run_at, expires_at, max_attempts,
+                       visibility_timeout, backoff_base, created_at)
+  SELECT %(queue)s, %(msg_id)s, %(body)s, %(priority)s,
+         COALESCE({NOW} + %(delay)s::float8, %(run_at)s::float8, {NOW}),
+         COALESCE(%(expires_at)s::float8, {NOW} + (SELECT message_ttl FROM q)),
+         COALESCE(%(ma)s::int, (SELECT max_attempts FROM q), %(d_ma)s::int),
+         COALESCE(%(vt)s::float8, (SELECT visibility_timeout FROM q), %(d_vt)s::float8),
+         COALESCE(%(bb)s::float8, (SELECT backoff_base FROM q), %(d_bb)s::float8),
+         {NOW}
+  RETURNING id, queue, run_at
+)
+SELECT id, {_NOTIFY.format(run_at="run_at", queue="queue")} FROM ins""",
+    "claim": f"""
+WITH due AS (
+  SELECT j.id, j.run_at AS was_due, (j.attempts >= j.max_attempts) AS spent
+  FROM {{jobs}} j
+  WHERE j.queue = ANY(%(queues)s) AND j.run_at <= {NOW}
+    AND (j.expires_at IS NULL OR j.expires_at > {NOW})
+  ORDER BY j.priority DESC, j.run_at, j.id
+  LIMIT %(limit)s
+  FOR UPDATE SKIP LOCKED
+),
+gone AS (
+  DELETE FROM {{jobs}} j USING due WHERE j.id = due.id AND due.spent
+  RETURNING j.*
+),
+buried AS (
+  INSERT INTO {{dead}} ({_DEAD_COLS}, died_at, last_error)
+  SELECT {_DEAD_COLS}, {NOW}, 'attempts exhausted' FROM gone
+)
+UPDATE {{jobs}} j
+SET state = 'processing', attempts = j.attempts + 1,
+    token = floor(random() * 9000000000000000000)::bigint,
+    deadline = {NOW} + j.visibility_timeout, run_at = {NOW} + j.visibility_timeout
+FROM due
+WHERE j.id = due.id AND NOT due.spent
+RETURNING j.id, j.token, j.queue, j.body, j.priority, j.attempts, j.max_attempts,
+          j.backoff_base, j.deadline, due.was_due, j.msg_id""",
+    "ack": f"""
+DELETE FROM {{jobs}} j USING unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
+WHERE {_HELD} RETURNING j.id""",
+    "heartbeat": f"""
+UPDATE {{jobs}} j
+SET deadline = {NOW} + COALESCE(%(extend)s::float8, j.visibility_timeout),
+    run_at = {NOW} + COALESCE(%(extend)s::float8, j.visibility_timeout)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
+WHERE {_HELD} RETURNING j.id""",
+    "pend": f"""
+WITH moved AS (
+  UPDATE {{jobs}} j
+  SET state = 'pending', token = NULL, deadline = NULL, run_at = {NOW} + h.delay,
+      attempts = j.attempts - h.refund
+  FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(delays)s::float8[], %(refunds)s::int[])
+       AS h(id, token, delay, refund)
+  WHERE {_HELD} RETURNING j.id, j.queue, j.run_at
+)
+SELECT id, {_NOTIFY.format(run_at="run_at", queue="queue")} FROM moved""",
+    "kill": f"""
+WITH gone AS (
+  DELETE FROM {{jobs}} j USING unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
+  WHERE {_HELD} RETURNING j.*
+)
+INSERT INTO {{dead}} ({_DEAD_COLS}, died_at, last_error)
+SELECT {_DEAD_COLS}, {NOW}, %(error)s FROM gone RETURNING id""",
+    "sweep": f"""
+WITH expired AS (
+  DELETE FROM {{jobs}} j WHERE j.expires_at IS NOT NULL AND j.expires_at <= {NOW}
+  RETURNING j.*
+),
+buried AS (
+  INSERT INTO {{dead}} ({_DEAD_COLS}, died_at, last_error)
+  SELECT {_DEAD_COLS}, {NOW}, 'expired' FROM expired RETURNING 1
+),
+purged AS (
+  DELETE FROM {{dead}} d
+  WHERE d.died_at < {NOW} - COALESCE(
+    (SELECT dead_letter_retention FROM {{queues}} q WHERE q.name = d.queue),
+    %(retention)s::float8)
+  RETURNING 1
+),
+dropped AS (
+  DELETE FROM {{queues}} q WHERE q.expires IS NOT NULL AND q.last_used + q.expires < {NOW}
+  RETURNING q.name
+),
+unbound AS (DELETE FROM {{bindings}} b USING dropped WHERE b.queue = dropped.name),
+emptied AS (DELETE FROM {{jobs}} j USING dropped WHERE j.queue = dropped.name)
+SELECT (SELECT count(*) FROM buried), (SELECT count(*) FROM purged),
+       (SELECT array_agg(name) FROM dropped)""",
+    "get_job_by_id": f"""
+SELECT {_JOB_COLS}, NULL, NULL FROM {{jobs}} WHERE id = %(id)s
+UNION ALL SELECT {_DEAD_READ} FROM {{dead}} WHERE id = %(id)s""",
+    "get_job_by_msg": f"""
+(SELECT {_JOB_COLS}, NULL, NULL FROM {{jobs}} WHERE msg_id = %(id)s ORDER BY id DESC LIMIT 1)
+UNION ALL
+(SELECT {_DEAD_READ} FROM {{dead}} WHERE msg_id = %(id)s ORDER BY died_at DESC LIMIT 1)
+LIMIT 1""",
+    "counts": f"""
+WITH live AS (
+  SELECT queue,
+         count(*) FILTER (WHERE state = 'pending' AND run_at <= {NOW}) AS pending,
+         count(*) FILTER (WHERE state = 'pending' AND run_at > {NOW}) AS delayed,
+         count(*) FILTER (WHERE state = 'processing') AS processing,
+         {NOW} - min(created_at) FILTER (WHERE state = 'pending' AND run_at <= {NOW}) AS age
+  FROM {{jobs}} WHERE %(queues)s::text[] IS NULL OR queue = ANY(%(queues)s)
+  GROUP BY queue
+),
+dl AS (
+  SELECT queue, count(*) AS dead FROM {{dead}}
+  WHERE %(queues)s::text[] IS NULL OR queue = ANY(%(queues)s) GROUP BY queue
+),
+names AS (
+  SELECT queue FROM live UNION SELECT queue FROM dl
+  UNION SELECT unnest(COALESCE(%(queues)s::text[], '{{{{}}}}'))
+)
+SELECT n.queue, COALESCE(live.pending, 0), COALESCE(live.delayed, 0),
+       COALESCE(live.processing, 0), COALESCE(dl.dead, 0), live.age
+FROM names n LEFT JOIN live USING (queue) LEFT JOIN dl USING (queue)
+ORDER BY n.queue""",
+    "purge": "DELETE FROM {jobs} WHERE queue = %(queue)s AND state = 'pending'",
+    "dead_list": f"""
+SELECT {_DEAD_READ} FROM {{dead}}
+WHERE %(queue)s::text IS NULL OR queue = %(queue)s
+ORDER BY died_at DESC, id DESC LIMIT %(limit)s""",
+    "dead_requeue": f"""
+WITH back AS (
+  DELETE FROM {{dead}}
+  WHERE (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s))
+    AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  RETURNING *
+),
+ins AS (
+  INSERT INTO {{jobs}} (id, queue, msg_id, body, priority, run_at, expires_at, attempts,
+                       max_attempts, visibility_timeout, backoff_base, created_at)
+  SELECT id, queue, msg_id, body, priority, {NOW}, NULL, 0, max_attempts,
+         visibility_timeout, backoff_base, created_at FROM back
+  RETURNING queue
+)
+SELECT {_NOTIFY.format(run_at="NULL::float8", queue="queue")} FROM ins""",
+    "dead_purge": """
+DELETE FROM {dead}
+WHERE (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s))
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)""",
+    "exchange_declare": """
+WITH up AS (
+  INSERT INTO {exchanges} (name, type) VALUES (%(name)s, %(type)s)
+  ON CONFLICT (name) DO UPDATE SET type = EXCLUDED.type
+  WHERE {exchanges}.type IS DISTINCT FROM EXCLUDED.type RETURNING 1
+)
+UPDATE {meta} SET value = (value::bigint + 1)::text
+WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM up)""",
+    "exchange_type": "SELECT type FROM {exchanges} WHERE name = %(name)s",
+    "exchange_delete": """
+WITH gone AS (DELETE FROM {exchanges} WHERE name = %(name)s RETURNING 1),
+unbound AS (DELETE FROM {bindings} WHERE exchange = %(name)s)
+UPDATE {meta} SET value = (value::bigint + 1)::text
+WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM gone)""",
+    "bind": """
+WITH up AS (
+  INSERT INTO {bindings} (exchange, routing_key, queue) VALUES (%(exchange)s, %(rk)s, %(queue)s)
+  ON CONFLICT DO NOTHING RETURNING 1
+)
+UPDATE {meta} SET value = (value::bigint + 1)::text
+WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM up)""",
+    "unbind": """
+WITH gone AS (
+  DELETE FROM {bindings} WHERE exchange = %(exchange)s AND routing_key = %(rk)s
+  AND queue = %(queue)s RETURNING 1
+)
+UPDATE {meta} SET value = (value::bigint + 1)::text
+WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM gone)""",
+    "bindings": "SELECT routing_key, queue FROM {bindings} WHERE exchange = %(exchange)s",
+    "routing_version": "SELECT value FROM {meta} WHERE key = 'routing_version'",
+    "queue_declare": f"""
+INSERT INTO {{queues}} (name, message_ttl, expires, last_used)
+VALUES (%(name)s, %(ttl)s, %(expires)s, {NOW})
+ON CONFLICT (name) DO UPDATE SET message_ttl = EXCLUDED.message_ttl,
+  expires = EXCLUDED.expires, last_used = EXCLUDED.last_used""",
+    "queue_exists": "SELECT 1 FROM {queues} WHERE name = %(name)s",
+    "queue_delete": """
+WITH gone AS (DELETE FROM {queues} WHERE name = %(name)s),
+unbound AS (DELETE FROM {bindings} WHERE queue = %(name)s),
+emptied AS (DELETE FROM {jobs} WHERE queue = %(name)s RETURNING 1)
+SELECT count(*) FROM emptied""",
+    "touch_queues": f"UPDATE {{queues}} SET last_used = {NOW} WHERE name = ANY(%(names)s)",
+    "lease_acquire": f"""
+INSERT INTO {{leases}} (name, owner, expires_at) VALUES (%(name)s, %(owner)s, {NOW} + %(ttl)s)
+ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at
+WHERE {{leases}}.owner = EXCLUDED.owner OR {{leases}}.expires_at <= {NOW}
+RETURNING owner""",
+    "lease_release": "DELETE FROM {leases} WHERE name = %(name)s AND owner = %(owner)s",
+    "lease_holder": f"SELECT owner FROM {{leases}} WHERE name = %(name)s AND expires_at > {NOW}",
+    "schedule_upsert": f"""
+INSERT INTO {{schedules}} (name, spec, interval, task, args, kwargs, options, next_at, origin,
+                          updated_at)
+VALUES (%(name)s, %(spec)s, %(interval)s, %(task)s, %(args)s, %(kwargs)s, %(options)s,
+        %(next_at)s, %(origin)s, {NOW})
+ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, interval = EXCLUDED.interval,
+  task = EXCLUDED.task, args = EXCLUDED.args, kwargs = EXCLUDED.kwargs,
+  options = EXCLUDED.options, origin = EXCLUDED.origin, updated_at = EXCLUDED.updated_at,
+  next_at = CASE WHEN %(keep)s AND {{schedules}}.interval = EXCLUDED.interval
+                 THEN {{schedules}}.next_at ELSE EXCLUDED.next_at END""",
+    "schedule_delete": "DELETE FROM {schedules} WHERE name = %(name)s",
+    "schedule_list": """
+SELECT name, spec, interval, task, args, kwargs, options, next_at, origin
+FROM {schedules} ORDER BY name""",
+    "schedule_due": """
+SELECT name, spec, interval, task, args, kwargs, options, next_at, origin
+FROM {schedules} WHERE next_at <= %(now)s ORDER BY next_at, name
+FOR UPDATE SKIP LOCKED""",
+    "schedule_advance": """
+UPDATE {schedules} SET next_at = %(new)s WHERE name = %(name)s AND next_at = %(prev)s""",
+}

@@ -1,0 +1,216 @@
+"""One table definition for both engines, and the DDL generated from it.
+
+PostgreSQL keeps the tables in an engine-owned schema (``alkstore.jobs``); SQLite has no
+schemas, so the same name becomes a table prefix (``alkstore_jobs``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Double,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.schema import CreateIndex, CreateTable
+
+from .options import validate_identifier
+
+#: Bumped whenever the table layout changes; stored in the ``meta`` table.
+SCHEMA_VERSION = 1
+
+# SQLite only makes "INTEGER PRIMARY KEY" an alias of the rowid.
+_ID = BigInteger().with_variant(Integer(), "sqlite")
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The store's tables for one schema name on one engine."""
+
+    metadata: MetaData
+    jobs: Table
+    dead: Table
+    exchanges: Table
+    bindings: Table
+    queues: Table
+    schedules: Table
+    leases: Table
+    meta: Table
+
+    def qualified(self, table: Table) -> str:
+        """The table name as written in SQL (quoted, schema-qualified on PostgreSQL)."""
+        if table.schema:
+            return f'"{table.schema}"."{table.name}"'
+        return f'"{table.name}"'
+
+
+def build_tables(schema: str, engine: str) -> Tables:
+    """Table objects for ``schema`` on ``engine`` ("postgresql" or "sqlite")."""
+    validate_identifier(schema, "schema")
+    if engine == "postgresql":
+        md, prefix = MetaData(schema=schema), ""
+    else:
+        md, prefix = MetaData(), f"{schema}_"
+
+    def name(n: str) -> str:
+        return prefix + n
+
+    jobs = Table(
+        name("jobs"),
+        md,
+        Column("id", _ID, primary_key=True, autoincrement=True),
+        Column("queue", Text, nullable=False),
+        Column("msg_id", Text),
+        Column("body", LargeBinary, nullable=False),
+        Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+        Column("state", Text, nullable=False, server_default=text("'pending'")),
+        # While pending: when the job becomes due. While processing: equal to the
+        # deadline, so a lapsed claim is simply due again in the same index.
+        Column("run_at", Double, nullable=False),
+        Column("expires_at", Double),
+        Column("attempts", Integer, nullable=False, server_default=text("0")),
+        Column("max_attempts", Integer, nullable=False),
+        Column("visibility_timeout", Double, nullable=False),
+        Column("backoff_base", Double, nullable=False),
+        Column("deadline", Double),
+        Column("token", BigInteger),
+        Column("created_at", Double, nullable=False),
+        sqlite_autoincrement=True,
+    )
+    Index(name("jobs_claim"), jobs.c.queue, jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+    Index(
+        name("jobs_expiring"),
+        jobs.c.expires_at,
+        postgresql_where=jobs.c.expires_at.isnot(None),
+        sqlite_where=jobs.c.expires_at.isnot(None),
+    )
+    Index(
+        name("jobs_processing"),
+        jobs.c.queue,
+        postgresql_where=jobs.c.state == "processing",
+        sqlite_where=jobs.c.state == "processing",
+    )
+
+    dead = Table(
+        name("dead"),
+        md,
+        Column("id", _ID, primary_key=True, autoincrement=False),
+        Column("queue", Text, nullable=False),
+        Column("msg_id", Text),
+        Column("body", LargeBinary, nullable=False),
+        Column("priority", SmallInteger, nullable=False),
+        Column("attempts", Integer, nullable=False),
+        Column("max_attempts", Integer, nullable=False),
+        Column("visibility_timeout", Double, nullable=False),
+        Column("backoff_base", Double, nullable=False),
+        Column("expires_at", Double),
+        Column("created_at", Double, nullable=False),
+        Column("died_at", Double, nullable=False),
+        Column("last_error", Text, nullable=False),
+    )
+    Index(
+        name("dead_msg_id"),
+        dead.c.msg_id,
+        postgresql_where=dead.c.msg_id.isnot(None),
+        sqlite_where=dead.c.msg_id.isnot(None),
+    )
+    Index(name("dead_queue"), dead.c.queue, dead.c.died_at)
+
+    exchanges = Table(
+        name("exchanges"),
+        md,
+        Column("name", Text, primary_key=True),
+        Column("type", Text, nullable=False),
+    )
+    bindings = Table(
+        name("bindings"),
+        md,
+        Column("exchange", Text, nullable=False),
+        Column("routing_key", Text, nullable=False),
+        Column("queue", Text, nullable=False),
+        PrimaryKeyConstraint("exchange", "routing_key", "queue"),
+    )
+    Index(name("bindings_queue"), bindings.c.queue)
+
+    queues = Table(
+        name("queues"),
+        md,
+        Column("name", Text, primary_key=True),
+        Column("message_ttl", Double),  # x-message-ttl, seconds
+        Column("expires", Double),  # x-expires: drop the queue after this long unused
+        Column("last_used", Double, nullable=False),
+        Column("visibility_timeout", Double),
+        Column("max_attempts", Integer),
+        Column("backoff_base", Double),
+        Column("dead_letter_retention", Double),
+    )
+
+    schedules = Table(
+        name("schedules"),
+        md,
+        Column("name", Text, primary_key=True),
+        Column("spec", Text, nullable=False),
+        Column("interval", Double, nullable=False),
+        Column("task", Text, nullable=False),
+        Column("args", Text, nullable=False),
+        Column("kwargs", Text, nullable=False),
+        Column("options", Text, nullable=False),
+        Column("next_at", Double, nullable=False),
+        Column("origin", Text, nullable=False),  # 'config' (beat_schedule) or 'api'
+        Column("updated_at", Double, nullable=False),
+    )
+
+    leases = Table(
+        name("leases"),
+        md,
+        Column("name", Text, primary_key=True),
+        Column("owner", Text, nullable=False),
+        Column("expires_at", Double, nullable=False),
+    )
+
+    meta = Table(
+        name("meta"),
+        md,
+        Column("key", Text, primary_key=True),
+        Column("value", Text, nullable=False),
+    )
+    return Tables(md, jobs, dead, exchanges, bindings, queues, schedules, leases, meta)
+
+
+def ddl_statements(schema: str, engine: str) -> list[str]:
+    """Idempotent DDL creating every table and index (``IF NOT EXISTS`` throughout).
+
+    Printed by ``kombu-alkstore setup --print`` so a deployment whose runtime role may
+    not create tables can apply it as a migration and connect with ``setup=False``.
+    """
+    tables = build_tables(schema, engine)
+    dialect = postgresql.dialect() if engine == "postgresql" else sqlite.dialect()
+    out: list[str] = []
+    if engine == "postgresql":
+        out.append(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    for table in tables.metadata.sorted_tables:
+        out.append(str(CreateTable(table, if_not_exists=True).compile(dialect=dialect)).strip())
+        for index in sorted(table.indexes, key=lambda i: i.name or ""):
+            out.append(str(CreateIndex(index, if_not_exists=True).compile(dialect=dialect)).strip())
+    meta = tables.qualified(tables.meta)
+    out.append(
+        f"INSERT INTO {meta} (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}'), "
+        "('routing_version', '0') ON CONFLICT (key) DO NOTHING"
+    )
+    return out
+
+
+def ddl_script(schema: str, engine: str) -> str:
+    """The DDL as one SQL script, each statement terminated by a semicolon."""
+    return "".join(stmt + ";\n\n" for stmt in ddl_statements(schema, engine))
