@@ -1,0 +1,290 @@
+"""The kombu Channel over the store: publish, claim, ack, reject, restore, routing."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from kombu.exceptions import ChannelError
+from kombu.transport import virtual
+from kombu.transport.base import to_rabbitmq_queue_arguments
+
+from ..store import Delivery
+from .envelope import to_job, to_message
+
+if TYPE_CHECKING:
+    from .transport import Transport
+
+logger = logging.getLogger("kombu_alkstore")
+
+
+def tag_of(delivery: Delivery) -> str:
+    return f"{delivery.id}:{delivery.token}"
+
+
+def undecodable(message: Any) -> str | None:
+    """Why a message the consumer acked could not be decoded, or None.
+
+    Celery acks a task message whose body it cannot decode (after logging it); the
+    transport turns that ack into a dead letter carrying the decode error.
+    """
+    if message is None:
+        return None
+    if message.errors:
+        return f"undecodable message: {message.errors[0][1]!r}"
+    if message._decoded_cache is None:
+        try:
+            message._decode()
+        except Exception as exc:  # any decoder error means the body is unusable
+            return f"undecodable message: {exc!r}"
+    return None
+
+
+class QoS(virtual.QoS):
+    """Unacked messages go back as the SAME rows (attempt refunded), never as copies."""
+
+    def restore_unacked(self) -> list:
+        self._flush()
+        tags = list(self._delivered)
+        self._delivered.clear()
+        return self.channel._release(tags)
+
+
+class Channel(virtual.Channel):
+    QoS = QoS
+    supports_fanout = True
+    connection: Transport
+
+    def __init__(self, connection: Transport, **kwargs: Any) -> None:
+        super().__init__(connection, **kwargs)
+        self.store = connection.store
+        self._no_ack_queues: set[str] = set()
+
+    # ----------------------------------------------------------------- publish
+    def _put(self, queue: str, message: dict, **kwargs: Any) -> None:
+        self.store.enqueue_many([to_job(queue, message)])
+
+    def _put_fanout(self, exchange: str, message: dict, routing_key: str, **kwargs: Any) -> None:
+        queues = sorted({q for _, _, q in self.get_table(exchange)})
+        if queues:
+            self.store.enqueue_many([to_job(q, message) for q in queues])
+
+    def _lookup(self, exchange: str, routing_key: str, default: Any = None) -> list[str]:
+        found = super()._lookup(exchange, routing_key, default)
+        if not found:  # a binding made by another process since the cache was filled
+            self.connection.routing.invalidate()
+            found = super()._lookup(exchange, routing_key, default)
+        return found
+
+    # ----------------------------------------------------------------- routing
+    def get_table(self, exchange: str) -> list[tuple[str, str, str]]:
+        return self.connection.routing.table(exchange)
+
+    def typeof(self, exchange: str, default: str = "direct") -> Any:
+        type_ = self.connection.routing.type(exchange) if exchange else None
+        return self.exchange_types[type_ or default]
+
+    def exchange_declare(
+        self,
+        exchange: str | None = None,
+        type: str = "direct",
+        durable: bool = False,
+        auto_delete: bool = False,
+        arguments: Any = None,
+        nowait: bool = False,
+        passive: bool = False,
+    ) -> None:
+        type = type or "direct"
+        exchange = exchange or f"amq.{type}"
+        if passive:
+            if self.connection.routing.type(exchange) is None:
+                raise ChannelError(
+                    f"NOT_FOUND - no exchange {exchange!r}",
+                    (50, 10),
+                    "Channel.exchange_declare",
+                    "404",
+                )
+            return
+        if self.connection.routing.type(exchange) != type:
+            self.store.exchange_declare(exchange, type)
+            self.connection.routing.invalidate()
+
+    def exchange_delete(self, exchange: str, if_unused: bool = False, nowait: bool = False) -> None:
+        self.store.exchange_delete(exchange)
+        self.connection.routing.invalidate()
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
+        self.store.bind(exchange, routing_key, queue)
+        self.connection.routing.invalidate()
+
+    def queue_bind(
+        self,
+        queue: str,
+        exchange: str | None = None,
+        routing_key: str = "",
+        arguments: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        exchange = exchange or "amq.direct"
+        self._queue_bind(exchange, routing_key, "", queue)
+
+    def queue_unbind(
+        self,
+        queue: str,
+        exchange: str | None = None,
+        routing_key: str = "",
+        arguments: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        self.store.unbind(exchange or "amq.direct", routing_key, queue)
+        self.connection.routing.invalidate()
+
+    # ------------------------------------------------------------------ queues
+    def prepare_queue_arguments(self, arguments: Any, **kwargs: Any) -> dict:
+        return to_rabbitmq_queue_arguments(arguments, **kwargs)
+
+    def _new_queue(self, queue: str, arguments: dict | None = None, **kwargs: Any) -> None:
+        args = arguments or {}
+        ttl, expires = args.get("x-message-ttl"), args.get("x-expires")
+        self.store.queue_declare(
+            queue,
+            message_ttl=float(ttl) / 1000.0 if ttl is not None else None,
+            expires=float(expires) / 1000.0 if expires is not None else None,
+        )
+
+    def _has_queue(self, queue: str, **kwargs: Any) -> bool:
+        return self.store.queue_exists(queue)
+
+    def _size(self, queue: str) -> int:
+        counts = self.store.counts([queue])
+        return sum(c.pending + c.delayed for c in counts)
+
+    def _purge(self, queue: str) -> int:
+        return self.store.purge(queue)
+
+    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
+        self.store.queue_delete(queue)
+
+    def queue_delete(
+        self, queue: str, if_unused: bool = False, if_empty: bool = False, **kwargs: Any
+    ) -> None:
+        if if_empty and self._size(queue):
+            return
+        self.store.queue_delete(queue)
+        self.connection.routing.invalidate()
+
+    # ----------------------------------------------------------------- consume
+    def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        if no_ack:
+            self._no_ack_queues.add(queue)
+        else:
+            self._no_ack_queues.discard(queue)
+        return super().basic_consume(queue, no_ack, *args, **kwargs)
+
+    def basic_cancel(self, consumer_tag: str) -> Any:
+        queue = self._tag_to_queue.get(consumer_tag)
+        if queue is not None:
+            self._no_ack_queues.discard(queue)
+        return super().basic_cancel(consumer_tag)
+
+    def _batch_size(self) -> int:
+        cap = self.connection.options.prefetch_max
+        estimate = self.qos.can_consume_max_estimate()
+        return cap if estimate is None else max(1, min(estimate, cap))
+
+    def _get_many(self, queues: list[str], timeout: float | None = None) -> None:
+        """Claim one batch (sized by the channel's QoS) across ``queues`` and deliver it."""
+        limit = self._batch_size()
+        deliveries = self.store.claim(list(dict.fromkeys(queues)), limit)
+        if not deliveries:
+            raise virtual.Empty()
+        self.connection.on_batch(len(deliveries) >= limit)
+        self._dispatch(deliveries)
+
+    def _dispatch(self, deliveries: list[Delivery]) -> None:
+        no_ack = [d for d in deliveries if d.queue in self._no_ack_queues]
+        if no_ack:
+            self.store.ack(no_ack)
+        held = self.connection.held
+        pending = deque(deliveries)
+        try:
+            while pending:
+                d = pending.popleft()
+                message = self._decode_row(d)
+                if message is None:
+                    continue
+                if d.queue not in self._no_ack_queues:
+                    held[tag_of(d)] = d
+                self.connection._deliver(message, d.queue)
+        finally:
+            rest = [d for d in pending if d.queue not in self._no_ack_queues]
+            if rest:  # a callback raised mid-batch: hand the rest back untouched
+                self.store.release(rest)
+
+    def _decode_row(self, d: Delivery) -> dict | None:
+        """The kombu message for a row; a row that is not one is dead-lettered."""
+        try:
+            message = to_message(d)
+            if message["properties"].get("body_encoding") == "base64":
+                base64.b64decode(message.get("body") or b"", validate=True)
+            return message
+        except Exception as exc:
+            if d.queue not in self._no_ack_queues:
+                self.store.fail([d], f"undecodable message: {exc!r}")
+            logger.error("alkstore: message %s on %r is undecodable: %r", d.id, d.queue, exc)
+            return None
+
+    def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
+        for d in self.store.claim([queue], 1):
+            payload = self._decode_row(d)
+            if payload is None:
+                continue
+            message = self.Message(payload, channel=self)
+            if no_ack:
+                self.store.ack([d])
+            else:
+                self.connection.held[tag_of(d)] = d
+                self.qos.append(message, message.delivery_tag)
+            return message
+        return None
+
+    # ------------------------------------------------------------- ack, reject
+    def basic_ack(self, delivery_tag: str, multiple: bool = False) -> None:
+        d = self.connection.held.pop(delivery_tag, None)
+        if d is not None:
+            error = undecodable(self.qos._delivered.get(delivery_tag))
+            landed = self.store.fail([d], error) if error else self.store.ack([d])
+            if d.id not in landed:
+                logger.warning(
+                    "alkstore: ack of message %s on %r refused: its claim lapsed "
+                    "(visibility timeout) and it will be delivered again",
+                    d.id,
+                    d.queue,
+                )
+        super().basic_ack(delivery_tag, multiple=multiple)
+
+    def basic_reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        d = self.connection.held.pop(delivery_tag, None)
+        if d is not None:
+            if requeue:
+                self.store.requeue([d])
+            else:
+                self.store.fail([d], "rejected")
+        self.qos.reject(delivery_tag, requeue=False)
+
+    def _release(self, tags: list[str]) -> list:
+        held = [d for d in (self.connection.held.pop(t, None) for t in tags) if d is not None]
+        if held:
+            try:
+                self.store.release(held)
+            except self.connection.connection_errors as exc:
+                # The claims lapse by themselves; the rows come back after the timeout.
+                logger.warning("alkstore: could not hand back %d messages: %r", len(held), exc)
+        return []
+
+    def _restore(self, message: Any) -> None:
+        self._release([message.delivery_tag])
+
+    _restore_at_beginning = _restore

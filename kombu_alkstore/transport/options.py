@@ -1,0 +1,80 @@
+"""Transport options (``broker_transport_options``): validated at connect, naming the bad one."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ..errors import ConfigurationError
+from ..store.options import StoreOptions, coerce_option
+
+#: kombu/Celery options that may appear in ``transport_options`` and are not ours.
+_FOREIGN = frozenset(
+    {
+        "max_retries",
+        "interval_start",
+        "interval_step",
+        "interval_max",
+        "body_encoding",
+        "deadletter_queue",
+        "confirm_publish",
+        "client_properties",
+    }
+)
+
+
+@dataclass(frozen=True)
+class TransportOptions:
+    """What the transport itself needs, besides the store's options."""
+
+    #: Safety-net re-poll of the queues, in seconds (wake-ups make it rarely needed).
+    polling_interval: float = 5.0
+    #: How often held messages have their deadlines extended; default visibility/3.
+    heartbeat_interval: float | None = None
+    #: The most messages one claim fetches (the channel's QoS sets the rest).
+    prefetch_max: int = 100
+    #: How often a worker sweeps expired jobs and retention (at least once a minute).
+    sweep_interval: float = 30.0
+    #: SQLite: how often to check for others' commits, in seconds.
+    sqlite_poll_interval: float = 0.005
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigurationError(
+                    f"transport option {f.name} must be a positive number, got {value!r}"
+                )
+        if self.sweep_interval > 60:
+            raise ConfigurationError(
+                f"transport option sweep_interval must be at most 60 s, got {self.sweep_interval!r}"
+            )
+
+
+def parse_transport_options(raw: dict[str, Any] | None) -> tuple[StoreOptions, TransportOptions]:
+    """Split ``transport_options`` into store and transport options.
+
+    A bad value raises :class:`ConfigurationError` naming the option; an unknown key is
+    a warning naming it (it may belong to another transport the app also uses).
+    """
+    raw = dict(raw or {})
+    mine = {f.name: f.default for f in fields(TransportOptions)}
+    store_names = StoreOptions.names()
+    for key in raw:
+        if key not in mine and key not in store_names and key not in _FOREIGN:
+            warnings.warn(
+                f"kombu-alkstore: unknown transport option {key!r} is ignored",
+                stacklevel=3,
+            )
+    try:
+        store = StoreOptions.from_mapping({k: v for k, v in raw.items() if k in store_names})
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"transport {exc}") from None
+    kwargs = {}
+    for name, default in mine.items():
+        if raw.get(name) is not None:
+            kwargs[name] = coerce_option(name, raw[name], 1.0 if default is None else default)
+    return store, TransportOptions(**kwargs)

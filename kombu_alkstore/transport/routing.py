@@ -1,0 +1,60 @@
+"""A per-connection cache of exchanges and bindings kept in the store.
+
+Publishing does not query the bindings each time: the cache re-reads them when the
+store's routing version moves (checked at most every ``ttl`` seconds), when this process
+changes a binding, and once more before a direct publish would find no queue.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from kombu.transport.virtual.exchange import TopicExchange
+
+from ..store import Store
+
+_topic_pattern = TopicExchange(None).key_to_pattern
+
+
+class RoutingCache:
+    def __init__(self, store: Store, ttl: float = 0.5) -> None:
+        self.store = store
+        self.ttl = ttl
+        self._lock = threading.Lock()
+        self._version: int | None = None
+        self._checked = 0.0
+        self._tables: dict[str, list[tuple[str, str, str]]] = {}
+        self._types: dict[str, str | None] = {}
+
+    def _fresh(self) -> None:
+        now = time.monotonic()
+        if now - self._checked < self.ttl:
+            return
+        version = self.store.routing_version()
+        with self._lock:
+            self._checked = now
+            if version != self._version:
+                self._version = version
+                self._tables.clear()
+                self._types.clear()
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._checked = 0.0
+            self._version = None
+
+    def type(self, exchange: str) -> str | None:
+        self._fresh()
+        if exchange not in self._types:
+            self._types[exchange] = self.store.exchange_type(exchange)
+        return self._types[exchange]
+
+    def table(self, exchange: str) -> list[tuple[str, str, str]]:
+        """``(routing_key, pattern, queue)`` rows, the layout kombu's exchange types expect."""
+        self._fresh()
+        rows = self._tables.get(exchange)
+        if rows is None:
+            rows = [(rk, _topic_pattern(rk), q) for rk, q in self.store.bindings(exchange)]
+            self._tables[exchange] = rows
+        return rows

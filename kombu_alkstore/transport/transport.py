@@ -1,0 +1,254 @@
+"""The kombu Transport: store connection, wake-ups, heartbeats, sweeps, event loop.
+
+Inside a Celery worker (the hub), the wake-up source is registered with the event loop:
+the PostgreSQL LISTEN socket as a reader, or on SQLite a short-interval change check, so
+an idle worker issues no claims. Outside the hub, ``drain_events`` blocks on the same
+source. A slow safety-net re-poll covers lost notifications.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from typing import Any
+
+import psycopg
+from kombu.transport import virtual
+from psycopg_pool import PoolTimeout
+from sqlalchemy.engine import make_url
+
+from ..errors import ConfigurationError, StoreUnavailable
+from ..store import Store, StoreURL, Waiter, shared_store
+from ..store.options import parse_store_url
+from .channel import Channel, tag_of
+from .options import parse_transport_options
+from .routing import RoutingCache
+
+logger = logging.getLogger("kombu_alkstore")
+
+
+class Transport(virtual.Transport):
+    """``alkstore+postgresql://…`` / ``alkstore+sqlite:///file.db`` broker transport."""
+
+    Channel = Channel
+
+    can_parse_url = True
+    default_port = None
+    driver_type = "alkstore"
+    driver_name = "alkstore"
+    implements = virtual.Transport.implements.extend(
+        asynchronous=True, exchange_type=frozenset(["direct", "topic", "fanout"])
+    )
+    connection_errors = virtual.Transport.connection_errors + (
+        StoreUnavailable,
+        psycopg.OperationalError,
+        psycopg.InterfaceError,
+        PoolTimeout,
+        sqlite3.OperationalError,
+    )
+    recoverable_connection_errors = connection_errors
+    recoverable_channel_errors = ()
+
+    def __init__(self, client: Any, **kwargs: Any) -> None:
+        super().__init__(client, **kwargs)
+        self.store_url = self._parse_url(client.hostname)
+        self.store_options, self.options = parse_transport_options(client.transport_options)
+        self.polling_interval = self.options.polling_interval
+        self.heartbeat_interval = (
+            self.options.heartbeat_interval or self.store_options.visibility_timeout / 3.0
+        )
+        self.store: Store | None = None
+        self.routing: RoutingCache | None = None
+        self.waiter: Waiter | None = None
+        #: Every message this connection holds unacked, by delivery tag.
+        self.held: dict[str, Any] = {}
+        self._starved = False
+        self._next_at: float | None = None
+        self._last_heartbeat = self._last_sweep = time.monotonic()
+        self._trefs: list[Any] = []
+        self._loop: Any = None
+
+    @staticmethod
+    def _parse_url(hostname: str | None) -> StoreURL:
+        if not hostname or "://" not in hostname:
+            raise ConfigurationError(
+                f"broker URL {hostname!r} has no database URL: use alkstore+postgresql://… "
+                "or alkstore+sqlite:///file.db"
+            )
+        return parse_store_url(hostname)
+
+    @classmethod
+    def as_uri(cls, uri: str, include_password: bool = False, mask: str = "**") -> str:
+        if "://" not in uri:
+            return uri
+        url = make_url(uri)
+        if url.password is not None and not include_password:
+            url = url.set(password=mask)
+        return url.render_as_string(hide_password=False)
+
+    # -------------------------------------------------------------- connection
+    def establish_connection(self) -> Any:
+        self.store = shared_store(self.store_url, self.store_options)
+        self.routing = RoutingCache(self.store)
+        return super().establish_connection()
+
+    def _waiter(self) -> Waiter:
+        if self.waiter is None:
+            assert self.store is not None
+            self.waiter = self.store.waiter()
+        return self.waiter
+
+    def close_connection(self, connection: Any) -> None:
+        self._cancel_timers()
+        super().close_connection(connection)
+        if self.waiter is not None:
+            try:
+                self.waiter.close()
+            except Exception:  # already broken: nothing to release
+                pass
+            self.waiter = None
+
+    def _collect(self, connection: Any) -> None:
+        """The connection was lost: drop local state; unacked claims lapse by themselves."""
+        self._cancel_timers()
+        for channel in list(self.channels):
+            channel.do_restore = False
+        self.held.clear()
+        self.waiter = None
+
+    def _cancel_timers(self) -> None:
+        for tref in self._trefs:
+            tref.cancel()
+        self._trefs.clear()
+        if self._loop is not None:
+            self._loop.on_tick.discard(self._on_tick)
+            fd = self.waiter.fileno() if self.waiter is not None else None
+            if fd is not None:
+                self._loop.remove(fd)
+            self._loop = None
+
+    # -------------------------------------------------------------- event loop
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        self._cancel_timers()
+        self._loop = loop
+        waiter = self._waiter()
+        fd = waiter.fileno()
+        if fd is not None:
+            loop.add_reader(fd, self._on_readable)
+        else:
+            self._trefs.append(
+                loop.call_repeatedly(self.options.sqlite_poll_interval, self._on_readable)
+            )
+        self._trefs += [
+            loop.call_repeatedly(self.polling_interval, self._poll_all),
+            loop.call_repeatedly(self.heartbeat_interval, self.heartbeat),
+            loop.call_repeatedly(self.options.sweep_interval, self.sweep),
+        ]
+        loop.on_tick.add(self._on_tick)
+        loop.call_soon(self._poll_all)
+
+    def _on_readable(self, *args: Any) -> None:
+        wake = self._waiter().poll()
+        if wake.next_at is not None:
+            self._schedule_at(wake.next_at)
+        if wake.any or wake.queues & self._active_queues():
+            self._poll_all()
+
+    def _on_tick(self) -> None:
+        # A full batch means more may be waiting: claim again once acks free capacity.
+        if self._starved:
+            self._poll_all()
+
+    def _schedule_at(self, when: float) -> None:
+        if self._next_at is not None and self._next_at <= when and self._next_at > time.time():
+            return
+        self._next_at = when
+        if self._loop is not None:
+            self._loop.call_later(max(when - time.time(), 0) + 0.001, self._poll_all)
+
+    def _active_queues(self) -> set[str]:
+        return {q for ch in self.channels for q in ch._active_queues}
+
+    def on_batch(self, full: bool) -> None:
+        """Called by a channel after each claim; a full batch leaves work behind."""
+        self._starved = full
+
+    def _poll_all(self) -> bool:
+        """Claim and deliver one batch on every consuming channel; True if any delivered."""
+        self._starved = False
+        delivered = False
+        for channel in list(self.channels):
+            if not channel._consumers or not channel.qos.can_consume():
+                if channel._consumers:
+                    self._starved = True
+                continue
+            try:
+                channel._get_many(channel._active_queues)
+                delivered = True
+            except virtual.Empty:
+                pass
+        return delivered
+
+    # ------------------------------------------------------------ maintenance
+    def heartbeat(self) -> None:
+        """Extend the deadlines of every held message in one statement."""
+        self._last_heartbeat = time.monotonic()
+        held = list(self.held.values())
+        if not held or self.store is None:
+            return
+        alive = self.store.heartbeat(held)
+        for d in held:
+            if d.id not in alive and self.held.pop(tag_of(d), None) is not None:
+                logger.warning(
+                    "alkstore: lost the claim on message %s on %r (its visibility timeout "
+                    "lapsed); it will be delivered again and this ack will be refused",
+                    d.id,
+                    d.queue,
+                )
+
+    def sweep(self) -> None:
+        """Expired jobs to dead letters, retention, queue expiry; keep our queues alive."""
+        self._last_sweep = time.monotonic()
+        if self.store is None:
+            return
+        self.store.touch_queues(sorted(self._active_queues()))
+        result = self.store.sweep()
+        if result.expired or result.dead_purged or result.queues_dropped:
+            logger.info("alkstore sweep: %s", result)
+
+    def _maintain(self) -> None:
+        now = time.monotonic()
+        if now - self._last_heartbeat >= self.heartbeat_interval:
+            self.heartbeat()
+        if now - self._last_sweep >= self.options.sweep_interval:
+            self.sweep()
+
+    # ------------------------------------------------------------ no event loop
+    def drain_events(self, connection: Any, timeout: float | None = None) -> None:
+        """Deliver one batch, blocking on the wake-up source (not a sleep loop)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        waiter = self._waiter()
+        while True:
+            self._maintain()
+            if self._poll_all():
+                return
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise TimeoutError()
+            wait = min(
+                self.polling_interval,
+                self.heartbeat_interval - (now - self._last_heartbeat),
+                self.options.sweep_interval - (now - self._last_sweep),
+            )
+            if deadline is not None:
+                wait = min(wait, deadline - now)
+            if self._next_at is not None:
+                wait = min(wait, max(self._next_at - time.time(), 0))
+            wake = waiter.wait(max(wait, 0))
+            if wake.next_at is not None and (
+                self._next_at is None
+                or wake.next_at < self._next_at
+                or self._next_at <= time.time()
+            ):
+                self._next_at = wake.next_at
