@@ -259,6 +259,10 @@ class Store(abc.ABC):
         attempts are spent goes to the dead letters instead; expired jobs are never claimed.
         """
 
+    @abc.abstractmethod
+    def next_due(self, queues: Sequence[str]) -> float | None:
+        """The earliest ``run_at`` of a pending job in ``queues`` (for delayed wake-ups)."""
+
     # ------------------------------------------------- operations on a claim
     def ack(self, deliveries: Iterable[Delivery]) -> set[int]:
         """Delete finished jobs; return the ids whose ack landed."""

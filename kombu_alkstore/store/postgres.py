@@ -188,6 +188,10 @@ class PostgresStore(Store):
         rows.sort(key=lambda r: (-r[4], r[9], r[0]))  # priority DESC, previous run_at, id
         return [Delivery(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[10]) for r in rows]
 
+    def next_due(self, queues: Sequence[str]) -> float | None:
+        row = self._one("next_due", {"queues": list(queues)})
+        return row[0] if row else None
+
     @staticmethod
     def _arrays(held: list[Delivery]) -> dict[str, Any]:
         return {"ids": [d.id for d in held], "tokens": [d.token for d in held]}
@@ -473,6 +477,8 @@ FROM due
 WHERE j.id = due.id AND NOT due.spent
 RETURNING j.id, j.token, j.queue, j.body, j.priority, j.attempts, j.max_attempts,
           j.backoff_base, j.deadline, due.was_due, j.msg_id""",
+    "next_due": """
+SELECT min(run_at) FROM {jobs} WHERE queue = ANY(%(queues)s) AND state = 'pending'""",
     "ack": f"""
 DELETE FROM {{jobs}} j USING unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
 WHERE {_HELD} RETURNING j.id""",

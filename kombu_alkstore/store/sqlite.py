@@ -202,6 +202,10 @@ class SQLiteStore(Store):
         rows.sort(key=lambda r: (-r[4], r[0]))
         return [Delivery(*r) for r in rows]
 
+    def next_due(self, queues: Sequence[str]) -> float | None:
+        row = self._one("next_due", {"queues": json.dumps(list(queues))})
+        return row[0] if row else None
+
     def _bury(self, conn: sqlite3.Connection, rows: list[tuple], error: str, now: float) -> None:
         conn.executemany(self._sql["bury"], [(*r, now, error) for r in rows])
 
@@ -494,6 +498,7 @@ WHERE id IN (
   LIMIT :limit)
 RETURNING id, token, queue, body, priority, attempts, max_attempts, backoff_base, deadline,
           msg_id""",
+    "next_due": f"SELECT min(run_at) FROM {{jobs}} WHERE {_IN_QUEUES} AND state = 'pending'",
     "ack": f"DELETE FROM {{jobs}} WHERE {_HELD} RETURNING id",
     "heartbeat": f"""
 UPDATE {{jobs}}

@@ -8,6 +8,7 @@ source. A slow safety-net re-poll covers lost notifications.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import time
@@ -65,6 +66,7 @@ class Transport(virtual.Transport):
         self.held: dict[str, Any] = {}
         self._starved = False
         self._next_at: float | None = None
+        self._learned = False
         self._last_heartbeat = self._last_sweep = time.monotonic()
         self._trefs: list[Any] = []
         self._loop: Any = None
@@ -103,10 +105,8 @@ class Transport(virtual.Transport):
         self._cancel_timers()
         super().close_connection(connection)
         if self.waiter is not None:
-            try:
+            with contextlib.suppress(Exception):  # already broken: nothing to release
                 self.waiter.close()
-            except Exception:  # already broken: nothing to release
-                pass
             self.waiter = None
 
     def _collect(self, connection: Any) -> None:
@@ -146,7 +146,11 @@ class Transport(virtual.Transport):
             loop.call_repeatedly(self.options.sweep_interval, self.sweep),
         ]
         loop.on_tick.add(self._on_tick)
-        loop.call_soon(self._poll_all)
+        loop.call_soon(self._start_polling)
+
+    def _start_polling(self) -> None:
+        self._poll_all()
+        self._learn_next_due()
 
     def _on_readable(self, *args: Any) -> None:
         wake = self._waiter().poll()
@@ -154,17 +158,31 @@ class Transport(virtual.Transport):
             self._schedule_at(wake.next_at)
         if wake.any or wake.queues & self._active_queues():
             self._poll_all()
+            if fd_less(self._waiter()):
+                self._learn_next_due()
 
     def _on_tick(self) -> None:
         # A full batch means more may be waiting: claim again once acks free capacity.
         if self._starved:
             self._poll_all()
 
-    def _schedule_at(self, when: float) -> None:
-        if self._next_at is not None and self._next_at <= when and self._next_at > time.time():
-            return
+    def _learn_next_due(self) -> None:
+        """Ask the store when the next delayed job is due (engines whose wake-ups don't say)."""
+        queues = sorted(self._active_queues())
+        if queues and self.store is not None:
+            when = self.store.next_due(queues)
+            if when is not None and when > time.time():
+                self._schedule_at(when)
+
+    def _remember_next_at(self, when: float) -> bool:
+        """Keep the earliest future due time; True if ``when`` became it."""
+        if self._next_at is not None and time.time() < self._next_at <= when:
+            return False
         self._next_at = when
-        if self._loop is not None:
+        return True
+
+    def _schedule_at(self, when: float) -> None:
+        if self._remember_next_at(when) and self._loop is not None:
             self._loop.call_later(max(when - time.time(), 0) + 0.001, self._poll_all)
 
     def _active_queues(self) -> set[str]:
@@ -229,10 +247,14 @@ class Transport(virtual.Transport):
         """Deliver one batch, blocking on the wake-up source (not a sleep loop)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         waiter = self._waiter()
+        learn = not self._learned
         while True:
             self._maintain()
             if self._poll_all():
                 return
+            if learn:
+                self._learned = True
+                self._learn_next_due()
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 raise TimeoutError()
@@ -246,9 +268,11 @@ class Transport(virtual.Transport):
             if self._next_at is not None:
                 wait = min(wait, max(self._next_at - time.time(), 0))
             wake = waiter.wait(max(wait, 0))
-            if wake.next_at is not None and (
-                self._next_at is None
-                or wake.next_at < self._next_at
-                or self._next_at <= time.time()
-            ):
-                self._next_at = wake.next_at
+            learn = bool(wake) and fd_less(waiter)
+            if wake.next_at is not None:
+                self._remember_next_at(wake.next_at)
+
+
+def fd_less(waiter: Waiter) -> bool:
+    """True for engines whose wake-ups carry no due times (SQLite's change check)."""
+    return waiter.fileno() is None

@@ -1,0 +1,63 @@
+"""A Celery app for subprocess tests (``celery -A tests.apps.proj worker``).
+
+Configured from the environment: ``ALKSTORE_TEST_BROKER`` (broker URL),
+``ALKSTORE_TEST_SCHEMA`` (store schema), ``ALKSTORE_TEST_OPTIONS`` (JSON transport
+options), ``ALKSTORE_TEST_RECORD`` (a file each task run appends one line to; tasks
+never touch the broker for bookkeeping).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+from celery import Celery
+from celery.exceptions import Reject
+
+import kombu_alkstore  # noqa: F401  (registers the alkstore+ URL scheme)
+
+app = Celery("proj", broker=os.environ.get("ALKSTORE_TEST_BROKER", "alkstore+sqlite:///proj.db"))
+options = {"schema": os.environ.get("ALKSTORE_TEST_SCHEMA", "alkstore")}
+options.update(json.loads(os.environ.get("ALKSTORE_TEST_OPTIONS", "{}")))
+app.conf.update(
+    broker_transport_options=options,
+    task_acks_late=os.environ.get("ALKSTORE_TEST_ACKS_LATE") == "1",
+    task_reject_on_worker_lost=os.environ.get("ALKSTORE_TEST_ACKS_LATE") == "1",
+    worker_prefetch_multiplier=int(os.environ.get("ALKSTORE_TEST_PREFETCH", "4")),
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+)
+RECORD = os.environ.get("ALKSTORE_TEST_RECORD", "")
+
+
+def record(*fields: object) -> None:
+    """Append one line (atomic with O_APPEND) to the record file."""
+    line = "\t".join(str(f) for f in fields) + "\n"
+    fd = os.open(RECORD, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+@app.task(bind=True)
+def mark(self, key: str, sleep: float = 0.0) -> str:
+    if sleep:
+        time.sleep(sleep)
+    record(key, os.getpid(), time.time(), self.request.hostname)
+    return key
+
+
+@app.task
+def suicide(key: str) -> None:
+    """Kills the process running it, every time (a poison message)."""
+    record("suicide", key, os.getpid())
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@app.task
+def reject_me(key: str) -> None:
+    record("reject", key)
+    raise Reject("no thanks", requeue=False)

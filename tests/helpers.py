@@ -1,0 +1,118 @@
+"""Helpers for Celery-facing tests: apps, in-thread workers, worker subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from celery import Celery
+from celery.contrib.testing.worker import start_worker
+
+import kombu_alkstore  # noqa: F401
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_app(target, name: str = "t", **conf) -> Celery:
+    """A Celery app on ``target`` (a conftest Target) with the rpc:// result backend."""
+    app = Celery(name, broker=target.broker_url, backend="rpc://", set_as_current=False)
+    options = dict(target.transport_options, **conf.pop("transport_options", {}))
+    app.conf.update(
+        broker_transport_options=options,
+        worker_hijack_root_logger=False,
+        broker_connection_retry_on_startup=True,
+        **conf,
+    )
+    return app
+
+
+@contextmanager
+def thread_worker(app: Celery, **kwargs) -> Iterator[object]:
+    """A real Celery worker in a thread (threads pool by default)."""
+    kwargs.setdefault("pool", "threads")
+    kwargs.setdefault("concurrency", 4)
+    kwargs.setdefault("perform_ping_check", False)
+    kwargs.setdefault("loglevel", "WARNING")
+    kwargs.setdefault("shutdown_timeout", 20)
+    with start_worker(app, **kwargs) as worker:
+        yield worker
+
+
+def proc_env(target, record: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        ALKSTORE_TEST_BROKER=target.broker_url,
+        ALKSTORE_TEST_SCHEMA=target.schema,
+        ALKSTORE_TEST_RECORD=str(record),
+        PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+    )
+    env.update(extra)
+    return env
+
+
+@contextmanager
+def worker_process(
+    target,
+    record: Path,
+    *args: str,
+    app: str = "tests.apps.proj",
+    log: Path | None = None,
+    **env: str,
+) -> Iterator[subprocess.Popen]:
+    """A ``celery worker`` subprocess; always killed (with its children) on exit."""
+    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", app, "worker", "--loglevel=INFO", *args],
+        env=proc_env(target, record, **env),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        start_new_session=True,
+    )
+    try:
+        yield proc
+    finally:
+        kill_group(proc)
+        if log:
+            out.close()
+
+
+def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    """Kill a subprocess and everything in its session."""
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def read_record(record: Path) -> list[list[str]]:
+    if not record.exists():
+        return []
+    return [line.split("\t") for line in record.read_text().splitlines() if line]
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.1):
+    """Poll ``predicate`` until truthy; return its value or raise AssertionError."""
+    end = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+def options_env(**options) -> dict[str, str]:
+    return {"ALKSTORE_TEST_OPTIONS": json.dumps(options)}
