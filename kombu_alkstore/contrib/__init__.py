@@ -1,0 +1,1 @@
+"""Integrations: the pytest plugin for users' test suites."""
