@@ -228,6 +228,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # ---------------------------------------------------------------- enqueue
     def enqueue(self, queue: str, body: bytes | str, **kwargs: Any) -> int:
         """Enqueue one job (see :class:`NewJob` for the keyword arguments); return its id."""
