@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kombu.transport import TRANSPORT_ALIASES
 
-from .store import bound_connection as transaction
+from .transaction import transaction
 
 TRANSPORT_ALIASES.setdefault("alkstore", "kombu_alkstore.transport:Transport")
 

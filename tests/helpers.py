@@ -23,7 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def make_app(target, name: str = "t", **conf) -> Celery:
     """A Celery app on ``target`` (a conftest Target) with the rpc:// result backend."""
     app = Celery(name, broker=target.broker_url, backend="rpc://", set_as_current=False)
-    options = dict(target.transport_options, **conf.pop("transport_options", {}))
+    # A short safety-net poll keeps in-thread worker shutdown quick on PostgreSQL.
+    options = dict(target.transport_options, polling_interval=1.0)
+    options.update(conf.pop("transport_options", {}))
     app.conf.update(
         broker_transport_options=options,
         worker_hijack_root_logger=False,

@@ -344,29 +344,64 @@ class PostgresStore(Store):
                 f"transaction(): {type(connection).__name__} is not a PostgreSQL connection, "
                 f"but the broker is {self.url.masked()}"
             )
-        checked = getattr(conn, "_alkstore_checked", None)
-        if checked != self.channel:
-            row = conn.execute(
-                "SELECT current_database(), to_regclass(%s) IS NOT NULL",
-                (self.tables.qualified(self.tables.jobs),),
-            ).fetchone()
-            if row is None or row[0] != self.url.url.database or not row[1]:
+        idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if idle or getattr(conn, "_alkstore_checked", None) is not self._identity():
+            # On an idle (non-autocommit) connection this statement also opens the caller's
+            # transaction, so a multi-row insert's savepoint nests inside it.
+            theirs = _identify(conn, self.tables.qualified(self.tables.jobs))
+            if theirs[1] is None or (
+                theirs != self._identity() and theirs != self._identity(refresh=True)
+            ):
+                where = f"{conn.info.host}:{conn.info.port}"
                 raise ConfigurationError(
-                    f"transaction(): the connection is to database {row[0] if row else '?'!r}"
-                    f"{'' if row and row[1] else ' without the alkstore schema'}, but the "
-                    f"broker is {self.url.masked()} (schema {self.options.schema!r})"
+                    f"transaction(): the connection is to database {theirs[0]!r} at {where}"
+                    f"{' (alkstore schema missing there)' if theirs[1] is None else ''}, but "
+                    f"the broker is {self.url.masked()} (schema {self.options.schema!r}); "
+                    "publish through a connection to the broker's database"
                 )
-            conn._alkstore_checked = self.channel  # type: ignore[attr-defined]
+            conn._alkstore_checked = self._identity()  # type: ignore[attr-defined]
+        if idle and conn.autocommit:
+            raise ConfigurationError(
+                "transaction(): the connection is in autocommit mode with no transaction open, "
+                "so a publish would commit at once; open a transaction first (psycopg: "
+                "`with conn.transaction():`, SQLAlchemy: `begin()`, Django: "
+                "`transaction.atomic()`)"
+            )
         return conn
+
+    def _identity(self, refresh: bool = False) -> tuple:
+        """The broker's (database, jobs table oid, server start): one per database copy."""
+        ident = getattr(self, "_ident", None)
+        if ident is None or refresh:
+            with self._pool.connection() as conn:
+                ident = self._ident = _identify(conn, self.tables.qualified(self.tables.jobs))
+        return ident
+
+
+def _identify(conn: psycopg.Connection, jobs: str) -> tuple:
+    row = conn.execute(
+        "SELECT current_database(), to_regclass(%s)::oid::bigint, "
+        "extract(epoch FROM pg_postmaster_start_time())::float8",
+        (jobs,),
+    ).fetchone()
+    return tuple(row) if row else ("?", None, None)
 
 
 def _driver_connection(connection: Any) -> Any:
-    """The psycopg/sqlite3 connection under a SQLAlchemy Connection or Session."""
+    """The psycopg/sqlite3 connection under a SQLAlchemy Connection or Session, or under an
+    object with an ``alkstore_connection()`` method (resolved at each use)."""
+    resolve = getattr(connection, "alkstore_connection", None)
+    if callable(resolve):
+        connection = resolve()
     get_conn = getattr(connection, "connection", None)  # SQLAlchemy Session → Connection
     if hasattr(connection, "get_bind") and callable(get_conn):
         connection = get_conn()
     dbapi = getattr(connection, "connection", None)  # SQLAlchemy Connection → pool proxy
     if dbapi is not None and hasattr(dbapi, "driver_connection"):
+        if not connection.in_transaction():
+            # Begin as SQLAlchemy would on a first execute: otherwise its commit() is a
+            # no-op and the publish is rolled back when the connection goes back to the pool.
+            connection.begin()
         return dbapi.driver_connection
     return connection
 

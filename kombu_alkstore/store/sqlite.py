@@ -405,9 +405,24 @@ class SQLiteStore(Store):
         if theirs != os.path.realpath(self.path):
             raise ConfigurationError(
                 f"transaction(): the connection is to {theirs!r}, but the broker is "
-                f"{self.url.masked()}"
+                f"{self.url.masked()}; publish through a connection to the broker's file"
+            )
+        if not conn.in_transaction and _autocommits(conn):
+            raise ConfigurationError(
+                "transaction(): the sqlite3 connection is in autocommit mode with no "
+                "transaction open, so a publish would commit at once; open a transaction "
+                "first (`BEGIN`, or leave isolation_level at its default; Django: "
+                "`transaction.atomic()`)"
             )
         return conn
+
+
+def _autocommits(conn: sqlite3.Connection) -> bool:
+    """True when a statement outside an explicit transaction commits by itself."""
+    mode = getattr(conn, "autocommit", None)  # Python 3.12+: True/False, or legacy (-1)
+    if mode is True or mode is False:
+        return mode
+    return conn.isolation_level is None
 
 
 def _with_now(params: dict[str, Any] | None) -> dict[str, Any]:

@@ -44,7 +44,7 @@ def to_job(queue: str, message: dict[str, Any]) -> NewJob:
                 f"message expiration {props['expiration']!r} is not a number of ms"
             ) from None
     known = [e for e in expires if e is not None]
-    msg_id = headers.get("id") or props.get("correlation_id")
+    msg_id = headers.get("id")  # the task id; replies carry it only as a correlation id
     return NewJob(
         queue=queue,
         body=dumps(message).encode("utf-8"),

@@ -183,7 +183,13 @@ class Transport(virtual.Transport):
 
     def _schedule_at(self, when: float) -> None:
         if self._remember_next_at(when) and self._loop is not None:
-            self._loop.call_later(max(when - time.time(), 0) + 0.001, self._poll_all)
+            self._loop.call_later(max(when - time.time(), 0) + 0.001, self._poll_due)
+
+    def _poll_due(self) -> None:
+        """A delayed job fell due: claim it, then learn when the next one is due."""
+        self._next_at = None
+        self._poll_all()
+        self._learn_next_due()
 
     def _active_queues(self) -> set[str]:
         return {q for ch in self.channels for q in ch._active_queues}

@@ -1,0 +1,72 @@
+"""Registration, URL forms and transport options."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from celery import Celery
+from kombu import Connection
+
+import kombu_alkstore  # noqa: F401
+from kombu_alkstore.errors import ConfigurationError
+from kombu_alkstore.transport import Transport
+
+
+@pytest.mark.parametrize(
+    "url,engine",
+    [
+        ("alkstore+postgresql://postgres@127.0.0.1:5432/test", "postgresql"),
+        ("alkstore+postgresql+psycopg://postgres@127.0.0.1:5432/test", "postgresql"),
+        ("alkstore+sqlite:///relative.db", "sqlite"),
+        ("alkstore+sqlite:////tmp/absolute.db", "sqlite"),
+    ],
+)
+def test_url_forms_resolve_to_the_transport(url, engine):
+    conn = Connection(url)
+    transport = conn.transport
+    assert isinstance(transport, Transport)
+    assert transport.store_url.engine == engine
+
+
+def test_broker_transport_setting_with_a_plain_url():
+    app = Celery("x", broker="sqlite:///plain.db", set_as_current=False)
+    app.conf.broker_transport = "kombu_alkstore.transport:Transport"
+    with app.connection_for_write() as conn:
+        assert isinstance(conn.transport, Transport)
+        assert conn.transport.store_url.path == "plain.db"
+
+
+def test_password_is_masked_in_uri():
+    conn = Connection("alkstore+postgresql://bob:secret@db.example:5432/app")
+    assert "secret" not in conn.as_uri()
+    assert "bob" in conn.as_uri()
+
+
+@pytest.mark.parametrize(
+    "options,name",
+    [
+        ({"visibility_timeout": -1}, "visibility_timeout"),
+        ({"visibility_timeout": "soon"}, "visibility_timeout"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"polling_interval": 0}, "polling_interval"),
+        ({"schema": "bad;drop"}, "bad;drop"),
+        ({"sweep_interval": 3600}, "sweep_interval"),
+    ],
+)
+def test_bad_option_is_an_error_naming_it(options, name):
+    with pytest.raises(ConfigurationError, match=name.replace(";", ";")):
+        Connection("alkstore+sqlite:///x.db", transport_options=options).transport  # noqa: B018
+
+
+def test_unknown_option_is_a_warning_naming_it():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Connection("alkstore+sqlite:///x.db", transport_options={"visiblity": 3}).transport  # noqa: B018
+    assert any("visiblity" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("url", ["alkstore+mysql://x/y", "alkstore+sqlite://", "alkstore+foo://x"])
+def test_bad_url_is_a_clear_error(url):
+    with pytest.raises((ConfigurationError, ValueError)):
+        Connection(url).transport  # noqa: B018
