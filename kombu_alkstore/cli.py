@@ -32,6 +32,8 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 #: Dead letters moved per statement by ``dead requeue --queue/--all``.
 REQUEUE_BATCH = 1000
+#: URL schemes that are a database URL already (``postgresql+psycopg://`` names a driver).
+DATABASE_SCHEMES = frozenset({"postgresql", "postgres", "sqlite"})
 
 
 class CLIError(Exception):
@@ -49,7 +51,7 @@ def store_url(broker: str | None) -> str:
         raise CLIError(
             f"bad broker URL {broker!r}: expected alkstore+postgresql://… or alkstore+sqlite:///…"
         )
-    if "+" in scheme:
+    if "+" in scheme and scheme.partition("+")[0] not in DATABASE_SCHEMES:
         transport, _, rest = broker.partition("+")
         if transport != "alkstore":
             raise CLIError(
@@ -82,7 +84,9 @@ def parse(url: str):
 def open_cli_store(args: argparse.Namespace, setup: bool = False):
     """Open the store named by ``-b`` without creating anything (unless ``setup``)."""
     from .store import open_store
+    from .store.options import validate_identifier
 
+    validate_identifier(args.schema, "schema")
     parsed = parse(store_url(args.broker))
     if parsed.engine == "sqlite" and not setup and not os.path.exists(parsed.path):
         raise CLIError(
@@ -477,17 +481,19 @@ def cmd_setup(args: argparse.Namespace, out: TextIO) -> int:
     from .store.schema import ddl_script
 
     if args.print:
-        parsed = parse(store_url(args.broker))
         from .store.options import validate_identifier
 
+        parsed = parse(store_url(args.broker))
         validate_identifier(args.schema, "schema")
+        extra = ""
+        if args.grant:  # checked before anything is printed
+            if parsed.engine != "postgresql":
+                raise CLIError("--grant applies to PostgreSQL only (SQLite has no roles)")
+            extra = grants(args.schema, args.grant)
         out.write(f"-- kombu-alkstore DDL for {parsed.engine}, schema {args.schema!r}\n")
         out.write("-- idempotent: every statement is IF NOT EXISTS / ON CONFLICT DO NOTHING\n\n")
         out.write(ddl_script(args.schema, parsed.engine))
-        if args.grant:
-            if parsed.engine != "postgresql":
-                raise CLIError("--grant applies to PostgreSQL only (SQLite has no roles)")
-            out.write(grants(args.schema, args.grant))
+        out.write(extra)
         return 0
     if args.grant:
         raise CLIError("--grant goes with --print (apply the printed script as a migration)")

@@ -74,12 +74,21 @@ def configured(app: Any, config: dict[str, Any]) -> Iterator[Any]:
 
 
 def _reset(app: Any) -> None:
-    """Drop what the app built from its settings: the connection pools and the result
-    backend (cached per thread), so the next use reads the current settings."""
+    """Drop what the app built from its settings: the broker connection and producer pools
+    and the cached result backend, so the next use reads the current settings."""
+    import contextlib
     import threading
 
-    app.close()
+    pool, app._pool = app._pool, None
+    if pool is not None:
+        with contextlib.suppress(Exception):  # a broken connection needs no closing
+            pool.force_close_all()
+    amqp = app.__dict__.get("amqp")
+    if amqp is not None:
+        amqp._producer_pool = None
     app._local = threading.local()
+    if hasattr(app, "_backend_cache"):  # Celery >= 5.5 caches thread-safe backends here
+        app._backend_cache = None
 
 
 @pytest.fixture
