@@ -180,7 +180,7 @@ class Waiter(abc.ABC):
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e308
 
 
 def _handles(deliveries: Iterable[Delivery]) -> list[Delivery]:
