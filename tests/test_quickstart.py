@@ -1,0 +1,35 @@
+"""The README's first command's script, run as a new user would (a smoke test)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_quickstart_runs_and_exits_by_itself(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "examples/quickstart/run.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert "ok  add(2, 3) = 5" in out
+    assert "ok  countdown task ran" in out
+    assert "dead-lettered" in out and "tasks.broken" in out
+    if importlib.util.find_spec("celery_beat_alkstore") is not None:
+        assert "ok  periodic task 'tick' from beat ran" in out
+    assert out.rstrip().endswith("all tasks completed; worker and beat stopped.")
+    # It cleaned up after itself: nothing is left in the worker's or beat's process group.
+    groups = re.findall(r"\(pid (\d+)\)", out)
+    assert groups, out
+    for pgid in groups:
+        left = subprocess.run(["pgrep", "-g", pgid], capture_output=True, text=True).stdout
+        assert not left.split(), f"processes left running in group {pgid}: {left.split()}"
