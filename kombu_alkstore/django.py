@@ -86,10 +86,13 @@ def transaction(using: str | None = None) -> _bind:
 
 
 @contextmanager
-def atomic(using: str | None = None, savepoint: bool = True, durable: bool = False) -> Iterator[None]:
+def atomic(
+    using: str | None = None, savepoint: bool = True, durable: bool = False
+) -> Iterator[None]:
     """``django.db.transaction.atomic(using, savepoint, durable)`` with :func:`transaction`
     bound inside it: a context manager and a decorator."""
-    with django_transaction.atomic(using, savepoint=savepoint, durable=durable), _bind(
-        DjangoConnection(using)
+    with (
+        django_transaction.atomic(using, savepoint=savepoint, durable=durable),
+        _bind(DjangoConnection(using)),
     ):
         yield

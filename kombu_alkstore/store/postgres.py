@@ -29,6 +29,7 @@ from .base import (
     Wakeup,
 )
 from .options import StoreOptions, StoreURL, validate_name
+from .schema import SCHEMA_VERSION
 
 NOW = "extract(epoch FROM statement_timestamp())::float8"
 _DEAD_COLS = (
@@ -130,8 +131,20 @@ class PostgresStore(Store):
         with conn.transaction():
             # Serialise concurrent setups of this schema (CREATE … IF NOT EXISTS races).
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.channel,))
+            # Up to date: run no DDL, whose table locks would contend with live traffic.
+            if self._stored_version(conn) == SCHEMA_VERSION:
+                return
             for stmt in self.ddl():
                 conn.execute(stmt)
+
+    def _stored_version(self, conn: psycopg.Connection) -> int | None:
+        meta = conn.execute(
+            "SELECT to_regclass(%s)", (self.tables.qualified(self.tables.meta),)
+        ).fetchone()
+        if not meta or meta[0] is None:
+            return None
+        row = conn.execute(self._sql["version"]).fetchone()
+        return int(row[0]) if row else None
 
     def setup(self) -> None:
         with self._pool.connection() as conn:
@@ -139,13 +152,7 @@ class PostgresStore(Store):
 
     def schema_version(self) -> int | None:
         with self._conn() as conn:
-            exists = conn.execute(
-                "SELECT to_regclass(%s)", (self.tables.qualified(self.tables.meta),)
-            ).fetchone()
-            if not exists or exists[0] is None:
-                return None
-            row = conn.execute(self._sql["version"]).fetchone()
-        return int(row[0]) if row else None
+            return self._stored_version(conn)
 
     # ------------------------------------------------------------------- enqueue
     def _insert(self, jobs: list[NewJob]) -> list[int]:

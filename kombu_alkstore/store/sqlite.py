@@ -31,6 +31,7 @@ from .base import (
     Wakeup,
 )
 from .options import StoreOptions, StoreURL, validate_name
+from .schema import SCHEMA_VERSION
 
 _DEAD_COLS = (
     "id, queue, msg_id, body, priority, attempts, max_attempts, visibility_timeout, "
@@ -145,6 +146,8 @@ class SQLiteStore(Store):
 
     # --------------------------------------------------------------------- setup
     def setup(self) -> None:
+        if self.schema_version() == SCHEMA_VERSION:
+            return  # up to date: no DDL, no write lock
         with self._write() as conn:
             for stmt in self.ddl():
                 conn.execute(stmt)

@@ -42,6 +42,12 @@ def undecodable(message: Any) -> str | None:
     return None
 
 
+def _connection_errors() -> tuple[type[BaseException], ...]:
+    from .transport import Transport
+
+    return Transport.connection_errors
+
+
 class QoS(virtual.QoS):
     """Unacked messages go back as the SAME rows (attempt refunded), never as copies."""
 
@@ -60,6 +66,8 @@ class Channel(virtual.Channel):
     def __init__(self, connection: Transport, **kwargs: Any) -> None:
         super().__init__(connection, **kwargs)
         self.store = connection.store
+        # Kept past close: Celery may ack after a reconnect through the old channel.
+        self.held = connection.held
         self._no_ack_queues: set[str] = set()
 
     # ----------------------------------------------------------------- publish
@@ -207,7 +215,7 @@ class Channel(virtual.Channel):
         no_ack = [d for d in deliveries if d.queue in self._no_ack_queues]
         if no_ack:
             self.store.ack(no_ack)
-        held = self.connection.held
+        held = self.held
         pending = deque(deliveries)
         try:
             while pending:
@@ -245,14 +253,14 @@ class Channel(virtual.Channel):
             if no_ack:
                 self.store.ack([d])
             else:
-                self.connection.held[tag_of(d)] = d
+                self.held[tag_of(d)] = d
                 self.qos.append(message, message.delivery_tag)
             return message
         return None
 
     # ------------------------------------------------------------- ack, reject
     def basic_ack(self, delivery_tag: str, multiple: bool = False) -> None:
-        d = self.connection.held.pop(delivery_tag, None)
+        d = self.held.pop(delivery_tag, None)
         if d is not None:
             error = undecodable(self.qos._delivered.get(delivery_tag))
             landed = self.store.fail([d], error) if error else self.store.ack([d])
@@ -266,7 +274,7 @@ class Channel(virtual.Channel):
         super().basic_ack(delivery_tag, multiple=multiple)
 
     def basic_reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        d = self.connection.held.pop(delivery_tag, None)
+        d = self.held.pop(delivery_tag, None)
         if d is not None:
             if requeue:
                 self.store.requeue([d])
@@ -275,11 +283,11 @@ class Channel(virtual.Channel):
         self.qos.reject(delivery_tag, requeue=False)
 
     def _release(self, tags: list[str]) -> list:
-        held = [d for d in (self.connection.held.pop(t, None) for t in tags) if d is not None]
+        held = [d for d in (self.held.pop(t, None) for t in tags) if d is not None]
         if held:
             try:
                 self.store.release(held)
-            except self.connection.connection_errors as exc:
+            except _connection_errors() as exc:
                 # The claims lapse by themselves; the rows come back after the timeout.
                 logger.warning("alkstore: could not hand back %d messages: %r", len(held), exc)
         return []

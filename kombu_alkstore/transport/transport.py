@@ -110,11 +110,11 @@ class Transport(virtual.Transport):
             self.waiter = None
 
     def _collect(self, connection: Any) -> None:
-        """The connection was lost: drop local state; unacked claims lapse by themselves."""
+        """The connection was lost: unacked claims stay held (a late ack may still land)
+        and otherwise lapse by themselves; nothing is restored through a dead link."""
         self._cancel_timers()
         for channel in list(self.channels):
             channel.do_restore = False
-        self.held.clear()
         self.waiter = None
 
     def _cancel_timers(self) -> None:
