@@ -8,6 +8,7 @@ Commands (``-b/--broker URL`` as ``celery`` spells it, default ``$CELERY_BROKER_
     dead requeue (ID... | --queue Q | --all)          back to pending, attempts reset
     dead purge (ID... | --queue Q | --all)            delete for good
     setup [--print [--grant ROLE]]                    apply (or print) the DDL
+    sweep                                             run one maintenance sweep now
 
 Every error a user can cause (bad URL, unreachable database, unknown id, missing
 tables) is one line on stderr and exit status 1; never a traceback.
@@ -509,6 +510,20 @@ def cmd_setup(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
+    store = open_cli_store(args)
+    try:
+        result = store.sweep()
+    finally:
+        store.close()
+    dropped = ", ".join(result.queues_dropped) or "none"
+    out.write(
+        f"expired to dead letters: {result.expired}; dead letters past retention deleted: "
+        f"{result.dead_purged}; unused queues dropped: {dropped}\n"
+    )
+    return 0
+
+
 def grants(schema: str, role: str) -> str:
     """The least privileges a runtime role needs when the tables were made by a migration."""
     from .store.options import validate_identifier
@@ -601,6 +616,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --print on PostgreSQL: add the GRANTs a runtime ROLE needs",
     )
     p.set_defaults(func=cmd_setup)
+
+    p = sub.add_parser(
+        "sweep",
+        parents=[common],
+        help="expire messages, apply dead-letter retention, drop unused queues (workers "
+        "do this every sweep_interval; this runs it once)",
+    )
+    p.set_defaults(func=cmd_sweep)
     return parser
 
 

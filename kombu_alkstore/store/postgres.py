@@ -7,9 +7,9 @@ import json
 import os
 import select
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -31,6 +31,7 @@ from .base import (
 from .options import StoreOptions, StoreURL, validate_name
 from .schema import SCHEMA_VERSION
 
+T = TypeVar("T")
 NOW = "extract(epoch FROM statement_timestamp())::float8"
 _DEAD_COLS = (
     "id, queue, msg_id, body, priority, attempts, max_attempts, visibility_timeout, "
@@ -110,17 +111,33 @@ class PostgresStore(Store):
         with self._pool.connection() as conn:
             yield conn
 
+    def _with_conn(self, work: Callable[[psycopg.Connection], T]) -> T:
+        """Run ``work`` on a pooled connection (or the caller's, when one is bound).
+
+        A pooled connection found broken (the server restarted, the backend was
+        terminated) is discarded and ``work`` retried once on a fresh one.
+        """
+        ambient = AMBIENT.get()
+        if ambient is not None:
+            return work(self._adopt(ambient))
+        for attempt in (0, 1):
+            with self._pool.connection() as conn:
+                try:
+                    return work(conn)
+                except psycopg.OperationalError:
+                    if attempt or not conn.broken:
+                        raise
+            self._pool.check()  # drop the other idle connections the restart broke too
+        raise AssertionError("unreachable")
+
     def _all(self, key: str, params: dict[str, Any] | None = None) -> list[tuple]:
-        with self._conn() as conn:
-            return conn.execute(self._sql[key], params).fetchall()
+        return self._with_conn(lambda c: c.execute(self._sql[key], params).fetchall())
 
     def _one(self, key: str, params: dict[str, Any] | None = None) -> tuple | None:
-        with self._conn() as conn:
-            return conn.execute(self._sql[key], params).fetchone()
+        return self._with_conn(lambda c: c.execute(self._sql[key], params).fetchone())
 
     def _run(self, key: str, params: dict[str, Any] | None = None) -> int:
-        with self._conn() as conn:
-            return conn.execute(self._sql[key], params).rowcount
+        return self._with_conn(lambda c: c.execute(self._sql[key], params).rowcount)
 
     def close(self) -> None:
         if os.getpid() == self._pid:  # a forked child must not close its parent's sockets
@@ -176,9 +193,12 @@ class PostgresStore(Store):
             }
             for j in jobs
         ]
-        with self._conn() as conn:
-            if len(params) == 1:
-                return [conn.execute(self._sql["insert"], params[0]).fetchone()[0]]
+        if len(params) == 1:
+            return [
+                self._with_conn(lambda c: c.execute(self._sql["insert"], params[0]).fetchone()[0])
+            ]
+
+        def insert_all(conn: psycopg.Connection) -> list[int]:
             with conn.transaction(), conn.cursor() as cur:
                 cur.executemany(self._sql["insert"], params, returning=True)
                 ids = []
@@ -186,6 +206,8 @@ class PostgresStore(Store):
                     ids.append(cur.fetchone()[0])
                     if not cur.nextset():
                         return ids
+
+        return self._with_conn(insert_all)
 
     # --------------------------------------------------------------------- claim
     def claim(self, queues: Sequence[str], limit: int = 1) -> list[Delivery]:
