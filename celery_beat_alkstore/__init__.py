@@ -1,0 +1,49 @@
+"""celery-beat-alkstore: a Celery beat scheduler keeping ``@every`` schedules in the store.
+
+``celery -A proj beat -S alkstore`` (or ``-S celery_beat_alkstore:Scheduler``). Any number
+of beats may run: one holds the lease and ticks, and each boundary is fired once per
+elapsed boundary (at-least-once across crashes), see ``docs/beat.md``.
+
+The API works on the store an app's beat uses, or on a store passed as ``store=``::
+
+    from celery_beat_alkstore import schedule, unschedule, list_schedules
+    schedule("report", "@every 1h", "proj.tasks.report", kwargs={"full": True}, app=app)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .api import (
+    LEASE_NAME,
+    Schedule,
+    first_boundary,
+    list_schedules,
+    schedule,
+    store_target,
+    unschedule,
+    upcoming,
+)
+from .spec import format_spec, parse_spec
+
+__all__ = [
+    "LEASE_NAME",
+    "Schedule",
+    "Scheduler",
+    "first_boundary",
+    "format_spec",
+    "list_schedules",
+    "parse_spec",
+    "schedule",
+    "store_target",
+    "unschedule",
+    "upcoming",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Scheduler":  # imported lazily: the CLI does not need celery.beat
+        from .scheduler import Scheduler
+
+        return Scheduler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

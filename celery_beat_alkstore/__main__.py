@@ -1,0 +1,7 @@
+"""``python -m celery_beat_alkstore``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,285 @@
+"""Schedules in the store: validation, the grid, and the public API.
+
+``schedule()`` / ``unschedule()`` / ``list_schedules()`` work on the store a Celery app's
+beat would use (the broker's when the broker is alkstore, else ``beat_alkstore_url``), or
+on a :class:`~kombu_alkstore.store.Store` passed as ``store=``. A running beat re-reads the
+schedules every tick, so a change is picked up without a restart.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kombu.utils.json import dumps, loads
+
+from kombu_alkstore.errors import ConfigurationError
+from kombu_alkstore.store import ScheduleRow, Store, StoreOptions, StoreURL, shared_store
+from kombu_alkstore.store.options import parse_store_url, validate_name
+
+from .spec import parse_spec
+
+#: The leadership lease every beat on one store competes for.
+LEASE_NAME = "__alkstore_scheduler"
+#: Names under this prefix belong to the engine.
+RESERVED_PREFIX = "__alkstore"
+
+ORIGIN_CONFIG = "config"
+ORIGIN_API = "api"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule as stored, with its arguments decoded."""
+
+    name: str
+    spec: str
+    interval: float
+    task: str
+    args: list
+    kwargs: dict
+    options: dict
+    next_at: float
+    origin: str
+
+    @classmethod
+    def from_row(cls, row: ScheduleRow) -> Schedule:
+        return cls(
+            name=row.name,
+            spec=row.spec,
+            interval=row.interval,
+            task=row.task,
+            args=list(loads(row.args)),
+            kwargs=dict(loads(row.kwargs)),
+            options=dict(loads(row.options)),
+            next_at=row.next_at,
+            origin=row.origin,
+        )
+
+    def boundaries(self, count: int) -> list[float]:
+        """The next ``count`` boundaries, starting from the stored ``next_at``."""
+        return [self.next_at + i * self.interval for i in range(count)]
+
+
+def first_boundary(interval: float, now: float | None = None) -> float:
+    """The first boundary after ``now`` on the schedule's grid.
+
+    A new schedule's grid is aligned to the epoch (multiples of its interval since
+    1970-01-01 UTC), so every beat computes the same grid: ``@every 1m`` fires on whole
+    minutes, ``@every 1d`` at midnight UTC. Once stored, ``next_at`` carries the grid.
+    """
+    now = time.time() if now is None else now
+    return (math.floor(now / interval) + 1) * interval
+
+
+def _where(name: str, what: str = "schedule") -> str:
+    return f"{what} {name!r}: "
+
+
+def validate_schedule_name(name: Any) -> str:
+    validate_name(name, "schedule name")
+    if name.startswith(RESERVED_PREFIX):
+        raise ConfigurationError(
+            f"schedule name {name!r} is reserved (names starting with {RESERVED_PREFIX!r} "
+            "belong to the engine)"
+        )
+    return name
+
+
+def _json(value: Any, what: str, where: str) -> str:
+    try:
+        return dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"{where}{what} cannot be stored as JSON: {exc}") from None
+
+
+def _check_options(options: Mapping[str, Any], where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        if not isinstance(key, str):
+            raise ConfigurationError(f"{where}option names must be strings, got {key!r}")
+        out[key] = value
+    for key in ("queue", "exchange"):
+        entity = out.get(key)
+        if entity is not None and not isinstance(entity, str):
+            # A kombu Queue/Exchange: keep its name (routing is looked up when fired).
+            name = getattr(entity, "name", None)
+            if not isinstance(name, str):
+                raise ConfigurationError(f"{where}option {key} must be a name, got {entity!r}")
+            out[key] = name
+    if out.get("queue") is not None:
+        validate_name(out["queue"], f"{where}queue name")
+    for key in ("routing_key", "exchange"):
+        if out.get(key) is not None and not isinstance(out[key], str):
+            raise ConfigurationError(f"{where}option {key} must be a string, got {out[key]!r}")
+    priority = out.get("priority")
+    if priority is not None and (
+        isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 255
+    ):
+        raise ConfigurationError(
+            f"{where}option priority must be an integer 0-255, got {priority!r}"
+        )
+    expires = out.get("expires")
+    if expires is not None and (
+        isinstance(expires, bool) or not isinstance(expires, (int, float)) or expires <= 0
+    ):
+        raise ConfigurationError(
+            f"{where}option expires must be a positive number of seconds (relative to each "
+            f"fire), got {expires!r}"
+        )
+    headers = out.get("headers")
+    if headers is not None and not isinstance(headers, Mapping):
+        raise ConfigurationError(f"{where}option headers must be a mapping, got {headers!r}")
+    return out
+
+
+def make_row(
+    name: Any,
+    spec: Any,
+    task: Any,
+    args: Any = (),
+    kwargs: Any = None,
+    options: Any = None,
+    *,
+    origin: str = ORIGIN_API,
+    now: float | None = None,
+    what: str = "schedule",
+) -> ScheduleRow:
+    """Validate one schedule and build its row; every error names the schedule
+    (as ``what`` — e.g. ``"beat_schedule entry"``)."""
+    validate_schedule_name(name)
+    where = _where(name, what)
+    canonical, interval = parse_spec(spec, name, what)
+    if not isinstance(task, str) or not task.strip():
+        raise ConfigurationError(f"{where}task must be a task name, got {task!r}")
+    if args is None:
+        args = ()
+    if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
+        raise ConfigurationError(f"{where}args must be a list, got {args!r}")
+    kwargs = {} if kwargs is None else kwargs
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise ConfigurationError(f"{where}kwargs must be a mapping with string keys")
+    options = {} if options is None else options
+    if not isinstance(options, Mapping):
+        raise ConfigurationError(f"{where}options must be a mapping, got {options!r}")
+    opts = _check_options(options, where)
+    return ScheduleRow(
+        name=name,
+        spec=canonical,
+        interval=float(interval),
+        task=task,
+        args=_json(list(args), "args", where),
+        kwargs=_json(dict(kwargs), "kwargs", where),
+        options=_json(opts, "options", where),
+        next_at=first_boundary(interval, now),
+        origin=origin,
+    )
+
+
+# ---------------------------------------------------------------------- the store
+@dataclass(frozen=True)
+class StoreTarget:
+    """Where the schedules live, and whether the broker publishes into that database."""
+
+    url: StoreURL
+    options: StoreOptions
+    #: True when the broker is the alkstore transport on this store: a fire's enqueue
+    #: then commits in the same transaction as the boundary advance.
+    same_database: bool
+
+    def open(self) -> Store:
+        return shared_store(self.url, self.options)
+
+
+def store_target(app: Any) -> StoreTarget:
+    """The store a Celery app's beat uses (see the module docstring)."""
+    from kombu_alkstore.transport import Transport as AlkstoreTransport
+
+    conn = app.connection_for_write()
+    try:
+        if issubclass(conn.get_transport_cls(), AlkstoreTransport):
+            transport = conn.transport  # parses the URL and options exactly as the broker does
+            return StoreTarget(transport.store_url, transport.store_options, True)
+    finally:
+        conn.release()
+    url = app.conf.get("beat_alkstore_url")
+    if not url:
+        raise ConfigurationError(
+            "the broker is not alkstore, so the alkstore beat scheduler needs the setting "
+            "beat_alkstore_url (e.g. 'postgresql://…' or 'sqlite:///beat.db')"
+        )
+    if isinstance(url, str) and url.startswith("alkstore+"):
+        url = url[len("alkstore+") :]
+    raw = app.conf.get("beat_alkstore_options") or {}
+    if not isinstance(raw, Mapping):
+        raise ConfigurationError(f"setting beat_alkstore_options must be a mapping, got {raw!r}")
+    unknown = set(raw) - StoreOptions.names()
+    if unknown:
+        raise ConfigurationError(
+            f"setting beat_alkstore_options has unknown option(s) {sorted(unknown)!r}"
+        )
+    try:
+        options = StoreOptions.from_mapping(dict(raw))
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"setting beat_alkstore_options: {exc}") from None
+    return StoreTarget(parse_store_url(url), options, False)
+
+
+def _store(app: Any, store: Store | None) -> Store:
+    if store is not None:
+        return store
+    if app is None:
+        from celery import current_app
+
+        app = current_app
+    return store_target(app).open()
+
+
+def schedule(
+    name: str,
+    spec: Any,
+    task: str,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
+    *,
+    app: Any = None,
+    store: Store | None = None,
+) -> Schedule:
+    """Create or update the schedule ``name`` (upsert; persists across beat restarts).
+
+    ``spec`` is ``'@every <n><unit>'``, a number of seconds or a ``timedelta``;
+    ``options`` are ``apply_async`` options (``queue``, ``priority``, ``expires`` in
+    seconds, ``routing_key``, ``headers``, …). Re-registering with the same interval
+    keeps the schedule's grid; a new interval starts a new grid.
+    """
+    row = make_row(name, spec, task, args, kwargs, options, origin=ORIGIN_API)
+    target = _store(app, store)
+    target.schedule_upsert(row, keep_grid=True)
+    for stored in target.schedule_list():
+        if stored.name == name:
+            return Schedule.from_row(stored)
+    return Schedule.from_row(row)  # removed concurrently
+
+
+def unschedule(name: str, *, app: Any = None, store: Store | None = None) -> bool:
+    """Remove the schedule ``name``; False when there was none."""
+    validate_schedule_name(name)
+    return _store(app, store).schedule_delete(name)
+
+
+def list_schedules(*, app: Any = None, store: Store | None = None) -> list[Schedule]:
+    """Every stored schedule, by name."""
+    return [Schedule.from_row(r) for r in _store(app, store).schedule_list()]
+
+
+def upcoming(schedules: Sequence[Schedule], count: int = 10) -> list[tuple[float, Schedule]]:
+    """The next ``count`` boundaries over all ``schedules``, earliest first."""
+    found: list[tuple[float, Schedule]] = []
+    for s in schedules:
+        found.extend((at, s) for at in s.boundaries(count))
+    found.sort(key=lambda pair: (pair[0], pair[1].name))
+    return found[:count]

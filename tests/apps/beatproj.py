@@ -1,0 +1,68 @@
+"""A Celery app for beat tests (``celery -A tests.apps.beatproj beat -S alkstore``).
+
+Configured from the environment like ``tests.apps.proj``: ``ALKSTORE_TEST_BROKER``,
+``ALKSTORE_TEST_SCHEMA``, ``ALKSTORE_TEST_OPTIONS`` (JSON transport options),
+``ALKSTORE_TEST_RECORD`` (the file each task run appends one line to), plus
+``ALKSTORE_BEAT_SCHEDULE`` (JSON ``{name: {"schedule": seconds-or-spec, "task": …}}``),
+``ALKSTORE_BEAT_CRONTAB=<name>`` (adds a crontab entry of that name),
+``ALKSTORE_BEAT_LEASE_TTL`` and ``ALKSTORE_BEAT_MAX_INTERVAL``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from celery import Celery
+from celery.schedules import crontab
+
+import kombu_alkstore  # noqa: F401  (registers the alkstore+ URL scheme)
+
+app = Celery(
+    "beatproj", broker=os.environ.get("ALKSTORE_TEST_BROKER", "alkstore+sqlite:///beatproj.db")
+)
+options = {"schema": os.environ.get("ALKSTORE_TEST_SCHEMA", "alkstore")}
+options.update(json.loads(os.environ.get("ALKSTORE_TEST_OPTIONS", "{}")))
+
+schedule = json.loads(os.environ.get("ALKSTORE_BEAT_SCHEDULE", "{}"))
+if os.environ.get("ALKSTORE_BEAT_CRONTAB"):
+    schedule[os.environ["ALKSTORE_BEAT_CRONTAB"]] = {
+        "task": "tests.apps.beatproj.stamp",
+        "schedule": crontab(minute="*/5"),
+    }
+
+app.conf.update(
+    broker_transport_options=options,
+    beat_schedule=schedule,
+    beat_alkstore_lease_ttl=float(os.environ.get("ALKSTORE_BEAT_LEASE_TTL", "3")),
+    beat_max_loop_interval=float(os.environ.get("ALKSTORE_BEAT_MAX_INTERVAL", "1")),
+    worker_hijack_root_logger=False,
+    worker_prefetch_multiplier=4,
+    broker_connection_retry_on_startup=True,
+)
+RECORD = os.environ.get("ALKSTORE_TEST_RECORD", "")
+
+
+def record(*fields: object) -> None:
+    """Append one line (atomic with O_APPEND) to the record file."""
+    line = "\t".join(str(f) for f in fields) + "\n"
+    fd = os.open(RECORD, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+@app.task(bind=True)
+def stamp(self, *args: object, **kwargs: object) -> None:
+    """Record ``schedule, boundary, start time, pid`` for one run (boundary from headers)."""
+    started = time.time()
+    request = self.request
+    record(
+        getattr(request, "alkstore_schedule", None),
+        getattr(request, "alkstore_boundary", None),
+        repr(started),
+        os.getpid(),
+        json.dumps([list(args), kwargs]),
+    )

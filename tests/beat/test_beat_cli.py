@@ -1,0 +1,136 @@
+"""``python -m celery_beat_alkstore``: list, add, remove, next; mistakes are one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers import ROOT
+
+
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ, PYTHONPATH=str(ROOT))
+    full_env.pop("CELERY_BROKER_URL", None)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "celery_beat_alkstore", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+def ok(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    return result.stdout
+
+
+def one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
+    assert result.returncode != 0, result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+    return lines[0]
+
+
+def test_add_list_next_remove(target):
+    b = ["-b", target.broker_url, "--schema", target.schema]
+    out = ok(
+        cli(
+            *b,
+            "add",
+            "report",
+            "@every 2m",
+            "proj.report",
+            "--args",
+            '[1, "x"]',
+            "--kwargs",
+            '{"full": true}',
+            "--queue",
+            "reports",
+            "--priority",
+            "7",
+        )
+    )
+    assert "report" in out and "@every 2m" in out
+    ok(cli(*b, "add", "fast", "@every 10s", "proj.fast"))
+    listed = json.loads(ok(cli(*b, "list", "--json")))
+    by_name = {s["name"]: s for s in listed}
+    assert by_name["report"]["args"] == [1, "x"]
+    assert by_name["report"]["kwargs"] == {"full": True}
+    assert by_name["report"]["options"] == {"queue": "reports", "priority": 7}
+    assert by_name["report"]["origin"] == "api"
+    assert by_name["report"]["next_at"] % 120 == 0
+    table = ok(cli(*b, "list"))
+    assert "report" in table and "proj.fast" in table and "reports" in table
+    upcoming = ok(cli(*b, "next", "-n", "4")).strip().splitlines()
+    assert len(upcoming) == 4 and sum("fast" in line for line in upcoming) >= 3
+    assert upcoming == sorted(upcoming)
+    only = ok(cli(*b, "next", "-n", "2", "report")).strip().splitlines()
+    assert len(only) == 2 and all("report" in line for line in only)
+    # the default broker comes from CELERY_BROKER_URL
+    out = ok(
+        cli(
+            "--schema",
+            target.schema,
+            "remove",
+            "fast",
+            env={"CELERY_BROKER_URL": target.broker_url},
+        )
+    )
+    assert "removed" in out
+    one_line_error(cli(*b, "remove", "fast"), "no schedule named 'fast'")
+    assert [s["name"] for s in json.loads(ok(cli(*b, "list", "--json")))] == ["report"]
+
+
+def test_plain_database_url_is_accepted(sqlite_target):
+    t = sqlite_target
+    ok(cli("-b", t.url, "--schema", t.schema, "add", "x", "@every 1h", "t"))
+    assert "x" in ok(cli("-b", t.url, "--schema", t.schema, "list"))
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["add", "n", "*/5 * * * *", "t"], ["'n'", "cron"]),
+        (["add", "n", "@every 5x", "t"], ["'n'", "@every 5x"]),
+        (["add", "n", "@every 5s", "t", "--args", "{"], ["--args", "not valid JSON"]),
+        (["add", "n", "@every 5s", "t", "--args", "{}"], ["--args", "JSON list"]),
+        (["add", "n", "@every 5s", "t", "--kwargs", "[]"], ["--kwargs", "JSON object"]),
+        (["add", "n", "@every 5s", "t", "--priority", "300"], ["priority"]),
+        (["add", "__alkstore_x", "@every 5s", "t"], ["reserved"]),
+        (["add", "", "@every 5s", "t"], ["empty"]),
+        (["add", "n"], ["required"]),
+        (["next", "-n", "0"], ["-n"]),
+        (["frobnicate"], ["invalid choice"]),
+        ([], ["command is required"]),
+    ],
+)
+def test_mistakes_are_one_clear_line(sqlite_target, args, words):
+    t = sqlite_target
+    t.open().close()  # the tables exist: only the arguments are wrong
+    one_line_error(cli("-b", t.broker_url, "--schema", t.schema, *args), *words)
+
+
+def test_bad_broker_and_store_are_one_clear_line(sqlite_target, tmp_path):
+    one_line_error(cli("list"), "no broker URL")
+    one_line_error(cli("-b", "redis://localhost/0", "list"), "unsupported scheme")
+    one_line_error(cli("-b", "alkstore+sqlite://", "list"), "SQLite needs a file")
+    one_line_error(
+        cli("-b", f"sqlite:///{tmp_path / 'empty.db'}", "--schema", "nothere", "list"),
+        "tables are missing",
+    )
+    one_line_error(cli("-b", "sqlite:///x.db", "--schema", "bad-name", "list"), "schema")
+    started = time.monotonic()
+    one_line_error(cli("-b", "postgresql://nobody@127.0.0.1:1/x", "list"), "cannot connect")
+    assert time.monotonic() - started < 30
