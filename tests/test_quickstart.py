@@ -33,3 +33,29 @@ def test_quickstart_runs_and_exits_by_itself(tmp_path):
     for pgid in groups:
         left = subprocess.run(["pgrep", "-g", pgid], capture_output=True, text=True).stdout
         assert not left.split(), f"processes left running in group {pgid}: {left.split()}"
+
+
+def test_from_redis_example_config_works(tmp_path, monkeypatch):
+    """examples/from_redis/celeryconfig_alkstore.py, on an SQLite file set up by the CLI."""
+    from celery import Celery
+
+    from kombu_alkstore.cli import main
+
+    broker = f"alkstore+sqlite:///{tmp_path / 'broker.db'}"
+    monkeypatch.setenv("CELERY_BROKER_URL", broker)
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "from_redis"))
+    assert main(["--schema", "proj", "setup"]) == 0  # the migration (setup=False in config)
+    import celeryconfig_alkstore as conf
+
+    assert [conf.redis_to_alkstore_priority(p) for p in (0, 3, 6, 9)] == [9, 6, 3, 0]
+    app = Celery("from_redis", set_as_current=False)
+    app.config_from_object(conf)
+    assert app.conf.broker_url == broker
+    with app.connection_for_write() as conn:
+        queue = conn.SimpleQueue("email")
+        queue.put({"to": "a@b"})
+        message = queue.get(timeout=10)
+        assert message.payload == {"to": "a@b"}
+        message.ack()
+        queue.close()
+    app.close()

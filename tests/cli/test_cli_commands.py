@@ -301,3 +301,18 @@ def test_dead_purge(target, seeder):
     r = run_cli(target, "dead", "purge", "--all")
     assert r.code == 0 and "purged 1 dead letter" in r.out
     assert all(c.dead == 0 for c in seeder.store.counts())
+
+
+def test_sweep(target, seeder):
+    import time
+
+    seeder.send("proj.old", expires=0.2)
+    seeder.send("proj.fresh")
+    time.sleep(0.5)
+    r = run_cli(target, "sweep")
+    assert r.code == 0, r.err
+    assert "expired to dead letters: 1" in r.out
+    r = run_cli(target, "dead", "list")
+    assert "proj.old" in r.out and "expired" in r.out
+    r = run_cli(target, "sweep")
+    assert "expired to dead letters: 0" in r.out
