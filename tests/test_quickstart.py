@@ -59,3 +59,24 @@ def test_from_redis_example_config_works(tmp_path, monkeypatch):
         message.ack()
         queue.close()
     app.close()
+
+
+def test_postgres_ha_demo_two_beats(pg_target):
+    """examples/postgres_ha/demo.py: the leader beat is killed, each boundary fires once."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "examples/postgres_ha/demo.py",
+            "--broker",
+            pg_target.broker_url,
+            "--lease-ttl",
+            "3",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "fired twice: 0; missing: 0" in proc.stdout
+    assert "took over the lease" in proc.stdout
