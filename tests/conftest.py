@@ -55,6 +55,20 @@ def make_target(engine: str, tmp_path) -> Target:
     return Target(engine, f"sqlite:///{tmp_path / 'broker.db'}", schema)
 
 
+@pytest.fixture(autouse=True)
+def _close_celery_apps():
+    """Close every app a test made, so its broker connections do not outlive the test."""
+    from tests import helpers
+
+    yield
+    while helpers.APPS:
+        app = helpers.APPS.pop()
+        try:
+            app.close()
+        except Exception:  # a broken connection has nothing left to close
+            pass
+
+
 @pytest.fixture(params=ENGINES)
 def engine(request) -> str:
     return request.param

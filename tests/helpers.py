@@ -20,9 +20,14 @@ import kombu_alkstore  # noqa: F401
 ROOT = Path(__file__).resolve().parent.parent
 
 
+#: Apps made during the current test; conftest closes them (and their connections) after it.
+APPS: list[Celery] = []
+
+
 def make_app(target, name: str = "t", **conf) -> Celery:
     """A Celery app on ``target`` (a conftest Target) with the rpc:// result backend."""
     app = Celery(name, broker=target.broker_url, backend="rpc://", set_as_current=False)
+    APPS.append(app)
     # A short safety-net poll keeps in-thread worker shutdown quick on PostgreSQL.
     options = dict(target.transport_options, polling_interval=1.0)
     options.update(conf.pop("transport_options", {}))

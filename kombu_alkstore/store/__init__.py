@@ -37,11 +37,13 @@ __all__ = [
     "Waiter",
     "Wakeup",
     "bound_connection",
+    "acquire_store",
     "open_store",
+    "release_store",
     "shared_store",
 ]
 
-_shared: dict[tuple, Store] = {}
+_shared: dict[tuple, list] = {}  # key -> [store, references]
 _shared_lock = threading.Lock()
 
 
@@ -62,16 +64,35 @@ def open_store(url: str | URL | StoreURL, options: StoreOptions | None = None, *
     return SQLiteStore(parsed, opts)
 
 
-def shared_store(url: str | URL | StoreURL, options: StoreOptions) -> Store:
+def acquire_store(url: str | URL | StoreURL, options: StoreOptions) -> Store:
     """The process-wide store for ``(url, options)``, opened on first use.
 
     Every kombu connection of a process shares it (and its connection pool); a forked
-    child opens its own rather than using its parent's sockets.
+    child opens its own rather than using its parent's sockets. Each acquire is paired
+    with :func:`release_store`; the last release closes the store.
     """
     parsed = url if isinstance(url, StoreURL) else parse_store_url(url)
     key = (os.getpid(), parsed.url.render_as_string(hide_password=False), options)
     with _shared_lock:
-        store = _shared.get(key)
-        if store is None:
-            store = _shared[key] = open_store(parsed, options)
-        return store
+        entry = _shared.get(key)
+        if entry is None:
+            entry = _shared[key] = [open_store(parsed, options), 0]
+        entry[1] += 1
+        return entry[0]
+
+
+def release_store(store: Store) -> None:
+    """Drop one reference taken by :func:`acquire_store`; close the store at the last."""
+    with _shared_lock:
+        for key, entry in list(_shared.items()):
+            if entry[0] is store:
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del _shared[key]
+                    store.close()
+                return
+
+
+def shared_store(url: str | URL | StoreURL, options: StoreOptions) -> Store:
+    """Like :func:`acquire_store`, for a holder that keeps it for the process's life."""
+    return acquire_store(url, options)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import contextvars
+import math
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -180,7 +181,21 @@ class Waiter(abc.ABC):
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e308
+    """A real, finite number (NaN and infinities are refused, as bools are)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_queue_args(name: str, message_ttl: float | None, expires: float | None) -> None:
+    """Validate a queue declaration; raise :class:`ConfigurationError` naming the bad value."""
+    validate_name(name, "queue name")
+    for what, value in (("message_ttl", message_ttl), ("expires", expires)):
+        if value is not None and (not _is_number(value) or not value > 0):
+            raise (
+                ConfigurationError(
+                    f"queue {name!r}: {what} must be a positive number of seconds, got {value!r}"
+                )
+                and abs(value) < 1e308
+            )
 
 
 def _handles(deliveries: Iterable[Delivery]) -> list[Delivery]:
@@ -264,6 +279,10 @@ class Store(abc.ABC):
         one attempt and a deadline of ``now + visibility_timeout``. A lapsed claim whose
         attempts are spent goes to the dead letters instead; expired jobs are never claimed.
         """
+
+    @abc.abstractmethod
+    def size(self, queue: str) -> int:
+        """Pending jobs (due or delayed) in ``queue``: the AMQP message count."""
 
     @abc.abstractmethod
     def next_due(self, queues: Sequence[str]) -> float | None:

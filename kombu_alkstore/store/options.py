@@ -28,6 +28,10 @@ class StoreOptions:
     max_attempts: int = 3
     backoff_base: float = 5.0
     dead_letter_retention: float | None = None
+    #: A queue with ``x-expires`` is dropped no sooner than this long after its last use:
+    #: live consumers refresh their queues on the (≤ 60 s) sweep timer, so a shorter
+    #: expiry alone would drop the queues of running workers.
+    queue_expiry_grace: float = 120.0
     #: Create the tables on connect; turn off where the role may not create tables.
     setup: bool = True
     #: SQLite: how long a writer waits for the lock, in seconds.
@@ -40,6 +44,14 @@ class StoreOptions:
         _positive(self.visibility_timeout, "visibility_timeout")
         _positive(self.backoff_base, "backoff_base")
         _positive(self.busy_timeout, "busy_timeout")
+        if (
+            isinstance(self.queue_expiry_grace, bool)
+            or not isinstance(self.queue_expiry_grace, (int, float))
+            or self.queue_expiry_grace < 0
+        ):
+            raise ConfigurationError(
+                f"option queue_expiry_grace must be a number >= 0, got {self.queue_expiry_grace!r}"
+            )
         if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
             raise ConfigurationError(
                 f"option max_attempts must be an integer >= 1, got {self.max_attempts!r}"

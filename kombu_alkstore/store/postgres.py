@@ -27,6 +27,7 @@ from .base import (
     SweepResult,
     Waiter,
     Wakeup,
+    check_queue_args,
 )
 from .options import StoreOptions, StoreURL, validate_name
 from .schema import SCHEMA_VERSION
@@ -217,6 +218,10 @@ class PostgresStore(Store):
         rows.sort(key=lambda r: (-r[4], r[9], r[0]))  # priority DESC, previous run_at, id
         return [Delivery(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[10]) for r in rows]
 
+    def size(self, queue: str) -> int:
+        row = self._one("size", {"queue": queue})
+        return int(row[0]) if row else 0
+
     def next_due(self, queues: Sequence[str]) -> float | None:
         row = self._one("next_due", {"queues": list(queues)})
         return row[0] if row else None
@@ -252,7 +257,11 @@ class PostgresStore(Store):
 
     # --------------------------------------------------------------- maintenance
     def sweep(self) -> SweepResult:
-        row = self._one("sweep", {"retention": self.options.dead_letter_retention})
+        params = {
+            "retention": self.options.dead_letter_retention,
+            "grace": self.options.queue_expiry_grace,
+        }
+        row = self._one("sweep", params)
         assert row is not None
         return SweepResult(row[0], row[1], tuple(row[2] or ()))
 
@@ -315,7 +324,7 @@ class PostgresStore(Store):
     def queue_declare(
         self, name: str, message_ttl: float | None = None, expires: float | None = None
     ) -> None:
-        validate_name(name, "queue name")
+        check_queue_args(name, message_ttl, expires)
         self._run("queue_declare", {"name": name, "ttl": message_ttl, "expires": expires})
 
     def queue_exists(self, name: str) -> bool:
@@ -516,31 +525,38 @@ ins AS (
 )
 SELECT id, {_NOTIFY.format(run_at="run_at", queue="queue")} FROM ins""",
     "claim": f"""
-WITH due AS (
-  SELECT j.id, j.run_at AS was_due, (j.attempts >= j.max_attempts) AS spent
-  FROM {{jobs}} j
-  WHERE j.queue = ANY(%(queues)s) AND j.run_at <= {NOW}
-    AND (j.expires_at IS NULL OR j.expires_at > {NOW})
-  ORDER BY j.priority DESC, j.run_at, j.id
-  LIMIT %(limit)s
+WITH spent AS (
+  SELECT j.id FROM {{jobs}} j
+  WHERE j.queue = ANY(%(queues)s) AND j.state = 'processing' AND j.run_at <= {NOW}
+    AND j.attempts >= j.max_attempts
   FOR UPDATE SKIP LOCKED
 ),
 gone AS (
-  DELETE FROM {{jobs}} j USING due WHERE j.id = due.id AND due.spent
-  RETURNING j.*
+  DELETE FROM {{jobs}} j USING spent WHERE j.id = spent.id RETURNING j.*
 ),
 buried AS (
   INSERT INTO {{dead}} ({_DEAD_COLS}, died_at, last_error)
   SELECT {_DEAD_COLS}, {NOW}, 'attempts exhausted' FROM gone
+),
+due AS (
+  SELECT j.id, j.run_at AS was_due
+  FROM {{jobs}} j
+  WHERE j.queue = ANY(%(queues)s) AND j.run_at <= {NOW}
+    AND (j.expires_at IS NULL OR j.expires_at > {NOW})
+    AND j.attempts < j.max_attempts
+  ORDER BY j.priority DESC, j.run_at, j.id
+  LIMIT %(limit)s
+  FOR UPDATE SKIP LOCKED
 )
 UPDATE {{jobs}} j
 SET state = 'processing', attempts = j.attempts + 1,
     token = floor(random() * 9000000000000000000)::bigint,
     deadline = {NOW} + j.visibility_timeout, run_at = {NOW} + j.visibility_timeout
 FROM due
-WHERE j.id = due.id AND NOT due.spent
+WHERE j.id = due.id
 RETURNING j.id, j.token, j.queue, j.body, j.priority, j.attempts, j.max_attempts,
           j.backoff_base, j.deadline, due.was_due, j.msg_id""",
+    "size": "SELECT count(*) FROM {jobs} WHERE queue = %(queue)s AND state = 'pending'",
     "next_due": """
 SELECT min(run_at) FROM {jobs} WHERE queue = ANY(%(queues)s) AND state = 'pending'""",
     "ack": f"""
@@ -586,7 +602,8 @@ purged AS (
   RETURNING 1
 ),
 dropped AS (
-  DELETE FROM {{queues}} q WHERE q.expires IS NOT NULL AND q.last_used + q.expires < {NOW}
+  DELETE FROM {{queues}} q
+  WHERE q.expires IS NOT NULL AND q.last_used + GREATEST(q.expires, %(grace)s) < {NOW}
   RETURNING q.name
 ),
 unbound AS (DELETE FROM {{bindings}} b USING dropped WHERE b.queue = dropped.name),

@@ -29,6 +29,7 @@ from .base import (
     SweepResult,
     Waiter,
     Wakeup,
+    check_queue_args,
 )
 from .options import StoreOptions, StoreURL, validate_name
 from .schema import SCHEMA_VERSION
@@ -201,9 +202,17 @@ class SQLiteStore(Store):
             spent = conn.execute(self._sql["take_spent"], params).fetchall()
             if spent:
                 self._bury(conn, spent, "attempts exhausted", params["now"])
-            rows = conn.execute(self._sql["claim"], params).fetchall()
-        rows.sort(key=lambda r: (-r[4], r[0]))
-        return [Delivery(*r) for r in rows]
+            order = [r[0] for r in conn.execute(self._sql["claim_pick"], params)]
+            if not order:
+                return []
+            params["ids"] = json.dumps(order)
+            rows = {r[0]: r for r in conn.execute(self._sql["claim"], params)}
+        # In the candidates' order (priority DESC, run_at, id), which RETURNING loses.
+        return [Delivery(*rows[i]) for i in order if i in rows]
+
+    def size(self, queue: str) -> int:
+        row = self._one("size", {"queue": queue})
+        return int(row[0]) if row else 0
 
     def next_due(self, queues: Sequence[str]) -> float | None:
         row = self._one("next_due", {"queues": json.dumps(list(queues))})
@@ -259,7 +268,10 @@ class SQLiteStore(Store):
                 self._sql["purge_dead"],
                 {"now": now, "retention": self.options.dead_letter_retention},
             ).rowcount
-            dropped = [r[0] for r in conn.execute(self._sql["drop_queues"], {"now": now})]
+            dropped = conn.execute(
+                self._sql["drop_queues"], {"now": now, "grace": self.options.queue_expiry_grace}
+            )
+            dropped = [r[0] for r in dropped]
             for name in dropped:
                 conn.execute(self._sql["queue_delete_bindings"], {"name": name})
                 conn.execute(self._sql["queue_delete_jobs"], {"name": name})
@@ -338,7 +350,7 @@ class SQLiteStore(Store):
     def queue_declare(
         self, name: str, message_ttl: float | None = None, expires: float | None = None
     ) -> None:
-        validate_name(name, "queue name")
+        check_queue_args(name, message_ttl, expires)
         self._run("queue_declare", {"name": name, "ttl": message_ttl, "expires": expires})
 
     def queue_exists(self, name: str) -> bool:
@@ -504,16 +516,17 @@ RETURNING {_DEAD_COLS}""",
     "bury": f"""
 INSERT INTO {{dead}} ({_DEAD_COLS}, died_at, last_error)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-    "claim": f"""
-UPDATE {{jobs}}
+    "claim_pick": f"""
+SELECT id FROM {{jobs}}
+WHERE {_IN_QUEUES} AND run_at <= :now AND (expires_at IS NULL OR expires_at > :now)
+  AND attempts < max_attempts
+ORDER BY priority DESC, run_at, id
+LIMIT :limit""",
+    "claim": """
+UPDATE {jobs}
 SET state = 'processing', attempts = attempts + 1, token = random(),
     deadline = :now + visibility_timeout, run_at = :now + visibility_timeout
-WHERE id IN (
-  SELECT id FROM {{jobs}}
-  WHERE {_IN_QUEUES} AND run_at <= :now AND (expires_at IS NULL OR expires_at > :now)
-    AND attempts < max_attempts
-  ORDER BY priority DESC, run_at, id
-  LIMIT :limit)
+WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING id, token, queue, body, priority, attempts, max_attempts, backoff_base, deadline,
           msg_id""",
     "next_due": f"SELECT min(run_at) FROM {{jobs}} WHERE {_IN_QUEUES} AND state = 'pending'",
@@ -537,7 +550,8 @@ DELETE FROM {dead}
 WHERE died_at < :now - COALESCE(
   (SELECT dead_letter_retention FROM {queues} q WHERE q.name = {dead}.queue), :retention)""",
     "drop_queues": """
-DELETE FROM {queues} WHERE expires IS NOT NULL AND last_used + expires < :now RETURNING name""",
+DELETE FROM {queues} WHERE expires IS NOT NULL AND last_used + max(expires, :grace) < :now
+RETURNING name""",
     "get_job_by_id": f"""
 SELECT {_JOB_COLS}, NULL, NULL FROM {{jobs}} WHERE id = :id
 UNION ALL SELECT {_DEAD_READ} FROM {{dead}} WHERE id = :id""",

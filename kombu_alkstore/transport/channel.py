@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,9 @@ if TYPE_CHECKING:
     from .transport import Transport
 
 logger = logging.getLogger("kombu_alkstore")
+
+#: How long a queue declaration is remembered per connection (see ``_new_queue``).
+DECLARE_CACHE_SECONDS = 5.0
 
 
 def tag_of(delivery: Delivery) -> str:
@@ -68,6 +72,7 @@ class Channel(virtual.Channel):
         self.store = connection.store
         # Kept past close: Celery may ack after a reconnect through the old channel.
         self.held = connection.held
+        self.acks = connection.acks
         self._no_ack_queues: set[str] = set()
 
     # ----------------------------------------------------------------- publish
@@ -156,18 +161,25 @@ class Channel(virtual.Channel):
     def _new_queue(self, queue: str, arguments: dict | None = None, **kwargs: Any) -> None:
         args = arguments or {}
         ttl, expires = args.get("x-message-ttl"), args.get("x-expires")
+        key = (queue, ttl, expires)
+        # Celery's rpc:// backend redeclares its reply queue on every send: one write
+        # per queue and arguments per few seconds is enough to keep the row fresh.
+        declared = self.connection.declared
+        now = time.monotonic()
+        if now - declared.get(key, -1e9) < DECLARE_CACHE_SECONDS:
+            return
         self.store.queue_declare(
             queue,
             message_ttl=float(ttl) / 1000.0 if ttl is not None else None,
             expires=float(expires) / 1000.0 if expires is not None else None,
         )
+        declared[key] = now
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         return self.store.queue_exists(queue)
 
     def _size(self, queue: str) -> int:
-        counts = self.store.counts([queue])
-        return sum(c.pending + c.delayed for c in counts)
+        return self.store.size(queue)
 
     def _purge(self, queue: str) -> int:
         return self.store.purge(queue)
@@ -181,6 +193,7 @@ class Channel(virtual.Channel):
         if if_empty and self._size(queue):
             return
         self.store.queue_delete(queue)
+        self.connection.declared.clear()
         self.connection.routing.invalidate()
 
     # ----------------------------------------------------------------- consume
@@ -196,6 +209,15 @@ class Channel(virtual.Channel):
         if queue is not None:
             self._no_ack_queues.discard(queue)
         return super().basic_cancel(consumer_tag)
+
+    def wants_batch(self) -> bool:
+        """Enough free prefetch slots to make a claim worth a round trip (half of them),
+        so a busy worker claims in batches rather than one message per finished task."""
+        qos = self.qos
+        if not qos.prefetch_count:
+            return True
+        free = qos.prefetch_count - (len(qos._delivered) - len(qos._dirty))
+        return free >= max(1, qos.prefetch_count // 2)
 
     def _batch_size(self) -> int:
         cap = self.connection.options.prefetch_max
@@ -263,14 +285,10 @@ class Channel(virtual.Channel):
         d = self.held.pop(delivery_tag, None)
         if d is not None:
             error = undecodable(self.qos._delivered.get(delivery_tag))
-            landed = self.store.fail([d], error) if error else self.store.ack([d])
-            if d.id not in landed:
-                logger.warning(
-                    "alkstore: ack of message %s on %r refused: its claim lapsed "
-                    "(visibility timeout) and it will be delivered again",
-                    d.id,
-                    d.queue,
-                )
+            if error:
+                self.store.fail([d], error)
+            else:
+                self.acks.add(d)
         super().basic_ack(delivery_tag, multiple=multiple)
 
     def basic_reject(self, delivery_tag: str, requeue: bool = False) -> None:

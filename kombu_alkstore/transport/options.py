@@ -36,6 +36,8 @@ class TransportOptions:
     prefetch_max: int = 100
     #: How often a worker sweeps expired jobs and retention (at least once a minute).
     sweep_interval: float = 30.0
+    #: How long acks may wait to be applied together in one statement, in seconds.
+    ack_flush_interval: float = 0.002
     #: SQLite: how often to check for others' commits, in seconds.
     sqlite_poll_interval: float = 0.005
 

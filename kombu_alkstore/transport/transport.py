@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
+import threading
 import time
 from typing import Any
 
@@ -20,7 +21,7 @@ from psycopg_pool import PoolTimeout
 from sqlalchemy.engine import make_url
 
 from ..errors import ConfigurationError, StoreUnavailable
-from ..store import Store, StoreURL, Waiter, shared_store
+from ..store import Store, StoreURL, Waiter, acquire_store, release_store
 from ..store.options import parse_store_url
 from .channel import Channel, tag_of
 from .options import parse_transport_options
@@ -64,6 +65,9 @@ class Transport(virtual.Transport):
         self.waiter: Waiter | None = None
         #: Every message this connection holds unacked, by delivery tag.
         self.held: dict[str, Any] = {}
+        self.acks = AckBuffer(self)
+        #: Queue declarations made recently by this connection (see Channel._new_queue).
+        self.declared: dict[tuple, float] = {}
         self._starved = False
         self._next_at: float | None = None
         self._learned = False
@@ -91,8 +95,9 @@ class Transport(virtual.Transport):
 
     # -------------------------------------------------------------- connection
     def establish_connection(self) -> Any:
-        self.store = shared_store(self.store_url, self.store_options)
-        self.routing = RoutingCache(self.store)
+        if self.store is None:
+            self.store = acquire_store(self.store_url, self.store_options)
+            self.routing = RoutingCache(self.store)
         return super().establish_connection()
 
     def _waiter(self) -> Waiter:
@@ -103,11 +108,15 @@ class Transport(virtual.Transport):
 
     def close_connection(self, connection: Any) -> None:
         self._cancel_timers()
+        self.acks.flush()
         super().close_connection(connection)
         if self.waiter is not None:
             with contextlib.suppress(Exception):  # already broken: nothing to release
                 self.waiter.close()
             self.waiter = None
+        if self.store is not None:
+            release_store(self.store)
+            self.store = None
 
     def _collect(self, connection: Any) -> None:
         """The connection was lost: unacked claims stay held (a late ack may still land)
@@ -123,6 +132,7 @@ class Transport(virtual.Transport):
         self._trefs.clear()
         if self._loop is not None:
             self._loop.on_tick.discard(self._on_tick)
+            self.acks.attach(None)
             fd = self.waiter.fileno() if self.waiter is not None else None
             if fd is not None:
                 self._loop.remove(fd)
@@ -132,6 +142,7 @@ class Transport(virtual.Transport):
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
         self._cancel_timers()
         self._loop = loop
+        self.acks.attach(loop)
         waiter = self._waiter()
         fd = waiter.fileno()
         if fd is not None:
@@ -164,7 +175,7 @@ class Transport(virtual.Transport):
     def _on_tick(self) -> None:
         # A full batch means more may be waiting: claim again once acks free capacity.
         if self._starved:
-            self._poll_all()
+            self._poll_all(batch=True)
 
     def _learn_next_due(self) -> None:
         """Ask the store when the next delayed job is due (engines whose wake-ups don't say)."""
@@ -198,12 +209,19 @@ class Transport(virtual.Transport):
         """Called by a channel after each claim; a full batch leaves work behind."""
         self._starved = full
 
-    def _poll_all(self) -> bool:
-        """Claim and deliver one batch on every consuming channel; True if any delivered."""
+    def _poll_all(self, batch: bool = False) -> bool:
+        """Claim and deliver one batch on every consuming channel; True if any delivered.
+
+        With ``batch``, a channel claims only once half its prefetch slots are free.
+        """
         self._starved = False
         delivered = False
         for channel in list(self.channels):
-            if not channel._consumers or not channel.qos.can_consume():
+            if (
+                not channel._consumers
+                or not channel.qos.can_consume()
+                or (batch and not channel.wants_batch())
+            ):
                 if channel._consumers:
                     self._starved = True
                 continue
@@ -277,6 +295,54 @@ class Transport(virtual.Transport):
             learn = bool(wake) and fd_less(waiter)
             if wake.next_at is not None:
                 self._remember_next_at(wake.next_at)
+
+
+class AckBuffer:
+    """Acks batched into one statement, flushed within ``ack_flush_interval``.
+
+    Celery counts a message done once it acks; an ack not yet flushed when the process
+    dies is not lost silently: its claim lapses and the message is delivered again
+    (at-least-once). Outside the event loop's thread, acks are applied at once.
+    """
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self._pending: list[Any] = []
+        self._lock = threading.Lock()
+        self._loop: Any = None
+        self._loop_thread: int | None = None
+        self._scheduled = False
+
+    def attach(self, loop: Any) -> None:
+        self._loop = loop
+        self._loop_thread = threading.get_ident() if loop is not None else None
+
+    def add(self, delivery: Any) -> None:
+        with self._lock:
+            self._pending.append(delivery)
+            deferred = self._loop is not None and threading.get_ident() == self._loop_thread
+            if deferred and not self._scheduled:
+                self._scheduled = True
+                self._loop.call_later(self.transport.options.ack_flush_interval, self.flush)
+        if not deferred:
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            batch, self._pending = self._pending, []
+            self._scheduled = False
+        store = self.transport.store
+        if not batch or store is None:
+            return
+        landed = store.ack(batch)
+        for d in batch:
+            if d.id not in landed:
+                logger.warning(
+                    "alkstore: ack of message %s on %r refused: its claim lapsed "
+                    "(visibility timeout) and it will be delivered again",
+                    d.id,
+                    d.queue,
+                )
 
 
 def fd_less(waiter: Waiter) -> bool:
