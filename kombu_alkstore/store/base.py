@@ -190,11 +190,8 @@ def check_queue_args(name: str, message_ttl: float | None, expires: float | None
     validate_name(name, "queue name")
     for what, value in (("message_ttl", message_ttl), ("expires", expires)):
         if value is not None and (not _is_number(value) or not value > 0):
-            raise (
-                ConfigurationError(
-                    f"queue {name!r}: {what} must be a positive number of seconds, got {value!r}"
-                )
-                and abs(value) < 1e308
+            raise ConfigurationError(
+                f"queue {name!r}: {what} must be a positive number of seconds, got {value!r}"
             )
 
 
