@@ -54,12 +54,6 @@ def opener(target) -> Iterator:
         s.close()
 
 
-def known_bug(request, reason: str) -> None:
-    """Mark a test as failing on this engine because of a reported store bug; strict, so
-    the suite says so (XPASS fails) once the store is fixed and the mark can go."""
-    request.applymarker(pytest.mark.xfail(strict=True, reason=f"store bug: {reason}"))
-
-
 def claim_one(store: Store, queue: str = "q") -> Delivery:
     got = store.claim([queue], 1)
     assert len(got) == 1, got
@@ -195,13 +189,7 @@ def test_claim_order_priority_run_at_id(store):
     assert got == expected
 
 
-def test_claim_batch_returns_jobs_in_claim_order(store, engine, request):
-    if engine == "sqlite":
-        known_bug(
-            request,
-            "SQLiteStore.claim sorts its batch by (priority DESC, id), losing run_at order "
-            "(the UPDATE … RETURNING only sees the new run_at)",
-        )
+def test_claim_batch_returns_jobs_in_claim_order(store):
     t0 = time.time()
     late = store.enqueue("q", b"late", run_at=t0 - 1)
     early = store.enqueue("q", b"early", run_at=t0 - 100)
@@ -491,13 +479,7 @@ def test_attempts_exhausted_by_lapses_dead_letters(opener):
     assert (c.pending, c.processing, c.dead) == (0, 0, 1)
 
 
-def test_spent_lapsed_job_does_not_use_up_the_claim_limit(opener, engine, request):
-    if engine == "postgresql":
-        known_bug(
-            request,
-            "PostgresStore's claim counts spent lapsed rows against LIMIT, so claim(limit=1) "
-            "buries one and returns [] although another job is due",
-        )
+def test_spent_lapsed_job_does_not_use_up_the_claim_limit(opener):
     s = opener(visibility_timeout=VT)
     spent = s.enqueue("q", b"spent", max_attempts=1, priority=9)
     claim_one(s)
@@ -597,7 +579,8 @@ def test_dead_letter_retention_purges_old_dead(opener):
     assert s.sweep().dead_purged == 0
 
 
-def test_queue_expires_drops_the_unused_queue(store):
+def test_queue_expires_drops_the_unused_queue(opener):
+    store = opener(queue_expiry_grace=0)
     store.queue_declare("gone", expires=0.2)
     store.queue_declare("kept", expires=0.6)
     store.queue_declare("plain")
@@ -1079,12 +1062,7 @@ def test_non_finite_numbers_are_refused(store, kwargs):
     [{"message_ttl": -5}, {"expires": -1}, {"message_ttl": math.nan}, {"expires": 0}],
     ids=repr,
 )
-def test_queue_declare_bad_timeouts_are_refused(store, request, kwargs):
-    known_bug(
-        request,
-        "queue_declare does not validate message_ttl/expires: a negative TTL expires every "
-        "message at once, a negative x-expires drops the queue at the next sweep",
-    )
+def test_queue_declare_bad_timeouts_are_refused(store, kwargs):
     ((name, value),) = kwargs.items()
     with pytest.raises(ConfigurationError) as err:
         store.queue_declare("q", **kwargs)
