@@ -73,7 +73,12 @@ class PostgresStore(Store):
                 "meta",
             )
         }
-        self._sql = {k: v.format(**q) for k, v in _SQL.items()}
+        self._sql = {k: v.format(**q, queue_match="{queue_match}") for k, v in _SQL.items()}
+        # One queue: "= %s" lets the planner walk the claim index in order and stop at
+        # LIMIT; "= ANY(%s)" would gather and sort every due row of the queues.
+        claim = self._sql.pop("claim")
+        self._sql["claim_one"] = claim.format(queue_match="= %(queue)s")
+        self._sql["claim_any"] = claim.format(queue_match="= ANY(%(queues)s)")
         try:
             # One direct connection first so an unreachable database is a clear error now.
             with psycopg.connect(url.conninfo, autocommit=True, connect_timeout=10) as conn:
@@ -212,11 +217,17 @@ class PostgresStore(Store):
 
     # --------------------------------------------------------------------- claim
     def claim(self, queues: Sequence[str], limit: int = 1) -> list[Delivery]:
-        if limit < 1 or not queues:
-            return []
-        rows = self._all("claim", {"queues": list(queues), "limit": int(limit)})
-        rows.sort(key=lambda r: (-r[4], r[9], r[0]))  # priority DESC, previous run_at, id
-        return [Delivery(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[10]) for r in rows]
+        queues = list(dict.fromkeys(queues))
+        out: list[Delivery] = []
+        while len(out) < limit and queues:
+            params = {"queues": queues, "queue": queues[0], "limit": int(limit) - len(out)}
+            rows = self._all("claim_one" if len(queues) == 1 else "claim_any", params)
+            claimed = [r for r in rows if r[0] is not None]
+            claimed.sort(key=lambda r: (-r[4], r[9], r[0]))  # priority DESC, run_at, id
+            out += [Delivery(*r[:9], r[10]) for r in claimed]
+            if len(claimed) == len(rows):  # no spent job took a place: nothing more is due
+                break
+        return out
 
     def size(self, queue: str) -> int:
         row = self._one("size", {"queue": queue})
@@ -525,37 +536,37 @@ ins AS (
 )
 SELECT id, {_NOTIFY.format(run_at="run_at", queue="queue")} FROM ins""",
     "claim": f"""
-WITH spent AS (
-  SELECT j.id FROM {{jobs}} j
-  WHERE j.queue = ANY(%(queues)s) AND j.state = 'processing' AND j.run_at <= {NOW}
-    AND j.attempts >= j.max_attempts
-  FOR UPDATE SKIP LOCKED
-),
-gone AS (
-  DELETE FROM {{jobs}} j USING spent WHERE j.id = spent.id RETURNING j.*
-),
-buried AS (
-  INSERT INTO {{dead}} ({_DEAD_COLS}, died_at, last_error)
-  SELECT {_DEAD_COLS}, {NOW}, 'attempts exhausted' FROM gone
-),
-due AS (
-  SELECT j.id, j.run_at AS was_due
+WITH due AS (
+  SELECT j.id, j.run_at AS was_due, (j.attempts >= j.max_attempts) AS spent
   FROM {{jobs}} j
-  WHERE j.queue = ANY(%(queues)s) AND j.run_at <= {NOW}
+  WHERE j.queue {{queue_match}} AND j.run_at <= {NOW}
     AND (j.expires_at IS NULL OR j.expires_at > {NOW})
-    AND j.attempts < j.max_attempts
   ORDER BY j.priority DESC, j.run_at, j.id
   LIMIT %(limit)s
   FOR UPDATE SKIP LOCKED
+),
+gone AS (
+  DELETE FROM {{jobs}} j USING due WHERE j.id = due.id AND due.spent
+  RETURNING j.*
+),
+buried AS (
+  INSERT INTO {{dead}} ({_DEAD_COLS}, died_at, last_error)
+  SELECT {_DEAD_COLS}, {NOW}, 'attempts exhausted' FROM gone RETURNING id
+),
+claimed AS (
+  UPDATE {{jobs}} j
+  SET state = 'processing', attempts = j.attempts + 1,
+      token = floor(random() * 9000000000000000000)::bigint,
+      deadline = {NOW} + j.visibility_timeout, run_at = {NOW} + j.visibility_timeout
+  FROM due
+  WHERE j.id = due.id AND NOT due.spent
+  RETURNING j.id, j.token, j.queue, j.body, j.priority, j.attempts, j.max_attempts,
+            j.backoff_base, j.deadline, due.was_due, j.msg_id
 )
-UPDATE {{jobs}} j
-SET state = 'processing', attempts = j.attempts + 1,
-    token = floor(random() * 9000000000000000000)::bigint,
-    deadline = {NOW} + j.visibility_timeout, run_at = {NOW} + j.visibility_timeout
-FROM due
-WHERE j.id = due.id
-RETURNING j.id, j.token, j.queue, j.body, j.priority, j.attempts, j.max_attempts,
-          j.backoff_base, j.deadline, due.was_due, j.msg_id""",
+SELECT * FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, count(*)::int, NULL, NULL, NULL, NULL, NULL
+FROM buried HAVING count(*) > 0""",
     "size": "SELECT count(*) FROM {jobs} WHERE queue = %(queue)s AND state = 'pending'",
     "next_due": """
 SELECT min(run_at) FROM {jobs} WHERE queue = ANY(%(queues)s) AND state = 'pending'""",

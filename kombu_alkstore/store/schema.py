@@ -87,6 +87,12 @@ def build_tables(schema: str, engine: str) -> Tables:
         Column("token", BigInteger),
         Column("created_at", Double, nullable=False),
         sqlite_autoincrement=True,
+        # A queue table churns: vacuum it early so claims do not walk dead index entries.
+        postgresql_with={
+            "autovacuum_vacuum_scale_factor": "0.01",
+            "autovacuum_vacuum_threshold": "1000",
+            "autovacuum_analyze_scale_factor": "0.02",
+        },
     )
     Index(name("jobs_claim"), jobs.c.queue, jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
     Index(

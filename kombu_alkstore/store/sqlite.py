@@ -529,6 +529,7 @@ SET state = 'processing', attempts = attempts + 1, token = random(),
 WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING id, token, queue, body, priority, attempts, max_attempts, backoff_base, deadline,
           msg_id""",
+    "size": "SELECT count(*) FROM {jobs} WHERE queue = :queue AND state = 'pending'",
     "next_due": f"SELECT min(run_at) FROM {{jobs}} WHERE {_IN_QUEUES} AND state = 'pending'",
     "ack": f"DELETE FROM {{jobs}} WHERE {_HELD} RETURNING id",
     "heartbeat": f"""

@@ -86,7 +86,9 @@ class Channel(virtual.Channel):
 
     def _lookup(self, exchange: str, routing_key: str, default: Any = None) -> list[str]:
         found = super()._lookup(exchange, routing_key, default)
-        if not found:  # a binding made by another process since the cache was filled
+        if not found and self.typeof(exchange).type == "direct":
+            # A reply queue (pidbox, rpc) bound by another process a moment ago: re-read
+            # once. Fanout and topic exchanges with no queue bound are common (events).
             self.connection.routing.invalidate()
             found = super()._lookup(exchange, routing_key, default)
         return found

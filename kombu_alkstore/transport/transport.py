@@ -18,7 +18,6 @@ from typing import Any
 import psycopg
 from kombu.transport import virtual
 from psycopg_pool import PoolTimeout
-from sqlalchemy.engine import make_url
 
 from ..errors import ConfigurationError, StoreUnavailable
 from ..store import Store, StoreURL, Waiter, acquire_store, release_store
@@ -83,15 +82,6 @@ class Transport(virtual.Transport):
                 "or alkstore+sqlite:///file.db"
             )
         return parse_store_url(hostname)
-
-    @classmethod
-    def as_uri(cls, uri: str, include_password: bool = False, mask: str = "**") -> str:
-        if "://" not in uri:
-            return uri
-        url = make_url(uri)
-        if url.password is not None and not include_password:
-            url = url.set(password=mask)
-        return url.render_as_string(hide_password=False)
 
     # -------------------------------------------------------------- connection
     def establish_connection(self) -> Any:
