@@ -156,6 +156,8 @@ class Wakeup:
     any: bool = False
     #: The earliest future ``run_at`` announced (delayed work), if any.
     next_at: float | None = None
+    #: Exchanges or bindings changed (engines that announce it: PostgreSQL).
+    routing: bool = False
 
     def __bool__(self) -> bool:
         return self.any or bool(self.queues)
@@ -193,6 +195,11 @@ def check_queue_args(name: str, message_ttl: float | None, expires: float | None
             raise ConfigurationError(
                 f"queue {name!r}: {what} must be a positive number of seconds, got {value!r}"
             )
+
+
+def check_lease_ttl(ttl: Any) -> None:
+    if not _is_number(ttl) or not ttl > 0:
+        raise ConfigurationError(f"lease ttl must be a positive number of seconds, got {ttl!r}")
 
 
 def _handles(deliveries: Iterable[Delivery]) -> list[Delivery]:

@@ -27,6 +27,7 @@ from .base import (
     SweepResult,
     Waiter,
     Wakeup,
+    check_lease_ttl,
     check_queue_args,
 )
 from .options import StoreOptions, StoreURL, validate_name
@@ -73,12 +74,10 @@ class PostgresStore(Store):
                 "meta",
             )
         }
-        self._sql = {k: v.format(**q, queue_match="{queue_match}") for k, v in _SQL.items()}
-        # One queue: "= %s" lets the planner walk the claim index in order and stop at
-        # LIMIT; "= ANY(%s)" would gather and sort every due row of the queues.
+        self._sql = {k: v.format(**q, due="{due}") for k, v in _SQL.items()}
         claim = self._sql.pop("claim")
-        self._sql["claim_one"] = claim.format(queue_match="= %(queue)s")
-        self._sql["claim_any"] = claim.format(queue_match="= ANY(%(queues)s)")
+        self._sql["claim_one"] = claim.format(due=_DUE_ONE.format(**q))
+        self._sql["claim_any"] = claim.format(due=_DUE_ANY.format(**q))
         try:
             # One direct connection first so an unreachable database is a clear error now.
             with psycopg.connect(url.conninfo, autocommit=True, connect_timeout=10) as conn:
@@ -136,14 +135,21 @@ class PostgresStore(Store):
             self._pool.check()  # drop the other idle connections the restart broke too
         raise AssertionError("unreachable")
 
+    def _params(self, params: dict[str, Any] | None) -> dict[str, Any]:
+        # Every statement may name the NOTIFY channel; psycopg ignores unused keys.
+        return {"channel": self.channel, **(params or {})}
+
     def _all(self, key: str, params: dict[str, Any] | None = None) -> list[tuple]:
-        return self._with_conn(lambda c: c.execute(self._sql[key], params).fetchall())
+        sql, args = self._sql[key], self._params(params)
+        return self._with_conn(lambda c: c.execute(sql, args).fetchall())
 
     def _one(self, key: str, params: dict[str, Any] | None = None) -> tuple | None:
-        return self._with_conn(lambda c: c.execute(self._sql[key], params).fetchone())
+        sql, args = self._sql[key], self._params(params)
+        return self._with_conn(lambda c: c.execute(sql, args).fetchone())
 
     def _run(self, key: str, params: dict[str, Any] | None = None) -> int:
-        return self._with_conn(lambda c: c.execute(self._sql[key], params).rowcount)
+        sql, args = self._sql[key], self._params(params)
+        return self._with_conn(lambda c: c.execute(sql, args).rowcount)
 
     def close(self) -> None:
         if os.getpid() == self._pid:  # a forked child must not close its parent's sockets
@@ -351,6 +357,7 @@ class PostgresStore(Store):
 
     # -------------------------------------------------------------------- leases
     def lease_acquire(self, name: str, owner: str, ttl: float) -> bool:
+        check_lease_ttl(ttl)
         return self._one("lease_acquire", {"name": name, "owner": owner, "ttl": ttl}) is not None
 
     def lease_release(self, name: str, owner: str) -> bool:
@@ -488,7 +495,11 @@ class PostgresWaiter(Waiter):
         now = time.time()
         for note in self._conn.notifies(timeout=timeout, stop_after=None if timeout == 0 else 1):
             try:
-                run_at, queue = json.loads(note.payload)
+                payload = json.loads(note.payload)
+                if payload == "routing":
+                    wake.routing = True
+                    continue
+                run_at, queue = payload
             except (ValueError, TypeError):
                 wake.any = True
                 continue
@@ -500,6 +511,7 @@ class PostgresWaiter(Waiter):
             more = self._collect(0)
             wake.queues |= more.queues
             wake.any |= more.any
+            wake.routing |= more.routing
             if more.next_at and (wake.next_at is None or more.next_at < wake.next_at):
                 wake.next_at = more.next_at
         return wake
@@ -515,6 +527,34 @@ class PostgresWaiter(Waiter):
         if os.getpid() == self._pid:
             self._conn.close()
 
+
+# The claim's candidates. "queue = %s" lets the planner walk the claim index in order and
+# stop at LIMIT; "queue = ANY(%s)" would gather and sort every due row, so several queues
+# take the best rows of each queue (each an ordered index walk) and then the best overall.
+_DUE_ONE = f"""
+  SELECT j.id, j.run_at AS was_due, (j.attempts >= j.max_attempts) AS spent
+  FROM {{jobs}} j
+  WHERE j.queue = %(queue)s AND j.run_at <= {NOW}
+    AND (j.expires_at IS NULL OR j.expires_at > {NOW})
+  ORDER BY j.priority DESC, j.run_at, j.id
+  LIMIT %(limit)s
+  FOR UPDATE SKIP LOCKED
+"""
+_DUE_ANY = f"""
+  SELECT c.id, c.run_at AS was_due, c.spent
+  FROM unnest(%(queues)s::text[]) AS qn(name)
+  CROSS JOIN LATERAL (
+    SELECT j.id, j.priority, j.run_at, (j.attempts >= j.max_attempts) AS spent
+    FROM {{jobs}} j
+    WHERE j.queue = qn.name AND j.run_at <= {NOW}
+      AND (j.expires_at IS NULL OR j.expires_at > {NOW})
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+  ) c
+  ORDER BY c.priority DESC, c.run_at, c.id
+  LIMIT %(limit)s
+"""
 
 _NOTIFY = "pg_notify(%(channel)s, json_build_array({run_at}, {queue})::text)"
 
@@ -536,15 +576,7 @@ ins AS (
 )
 SELECT id, {_NOTIFY.format(run_at="run_at", queue="queue")} FROM ins""",
     "claim": f"""
-WITH due AS (
-  SELECT j.id, j.run_at AS was_due, (j.attempts >= j.max_attempts) AS spent
-  FROM {{jobs}} j
-  WHERE j.queue {{queue_match}} AND j.run_at <= {NOW}
-    AND (j.expires_at IS NULL OR j.expires_at > {NOW})
-  ORDER BY j.priority DESC, j.run_at, j.id
-  LIMIT %(limit)s
-  FOR UPDATE SKIP LOCKED
-),
+WITH due AS ({{due}}),
 gone AS (
   DELETE FROM {{jobs}} j USING due WHERE j.id = due.id AND due.spent
   RETURNING j.*
@@ -617,8 +649,13 @@ dropped AS (
   WHERE q.expires IS NOT NULL AND q.last_used + GREATEST(q.expires, %(grace)s) < {NOW}
   RETURNING q.name
 ),
-unbound AS (DELETE FROM {{bindings}} b USING dropped WHERE b.queue = dropped.name),
-emptied AS (DELETE FROM {{jobs}} j USING dropped WHERE j.queue = dropped.name)
+unbound AS (DELETE FROM {{bindings}} b USING dropped WHERE b.queue = dropped.name RETURNING 1),
+emptied AS (DELETE FROM {{jobs}} j USING dropped WHERE j.queue = dropped.name),
+bumped AS (
+  UPDATE {{meta}} SET value = (value::bigint + 1)::text
+  WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM unbound)
+  RETURNING pg_notify(%(channel)s, '"routing"')
+)
 SELECT (SELECT count(*) FROM buried), (SELECT count(*) FROM purged),
        (SELECT array_agg(name) FROM dropped)""",
     "get_job_by_id": f"""
@@ -682,27 +719,31 @@ WITH up AS (
   WHERE {exchanges}.type IS DISTINCT FROM EXCLUDED.type RETURNING 1
 )
 UPDATE {meta} SET value = (value::bigint + 1)::text
-WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM up)""",
+WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM up)
+RETURNING pg_notify(%(channel)s, '"routing"')""",
     "exchange_type": "SELECT type FROM {exchanges} WHERE name = %(name)s",
     "exchange_delete": """
 WITH gone AS (DELETE FROM {exchanges} WHERE name = %(name)s RETURNING 1),
 unbound AS (DELETE FROM {bindings} WHERE exchange = %(name)s)
 UPDATE {meta} SET value = (value::bigint + 1)::text
-WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM gone)""",
+WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM gone)
+RETURNING pg_notify(%(channel)s, '"routing"')""",
     "bind": """
 WITH up AS (
   INSERT INTO {bindings} (exchange, routing_key, queue) VALUES (%(exchange)s, %(rk)s, %(queue)s)
   ON CONFLICT DO NOTHING RETURNING 1
 )
 UPDATE {meta} SET value = (value::bigint + 1)::text
-WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM up)""",
+WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM up)
+RETURNING pg_notify(%(channel)s, '"routing"')""",
     "unbind": """
 WITH gone AS (
   DELETE FROM {bindings} WHERE exchange = %(exchange)s AND routing_key = %(rk)s
   AND queue = %(queue)s RETURNING 1
 )
 UPDATE {meta} SET value = (value::bigint + 1)::text
-WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM gone)""",
+WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM gone)
+RETURNING pg_notify(%(channel)s, '"routing"')""",
     "bindings": "SELECT routing_key, queue FROM {bindings} WHERE exchange = %(exchange)s",
     "routing_version": "SELECT value FROM {meta} WHERE key = 'routing_version'",
     "queue_declare": f"""
@@ -713,8 +754,13 @@ ON CONFLICT (name) DO UPDATE SET message_ttl = EXCLUDED.message_ttl,
     "queue_exists": "SELECT 1 FROM {queues} WHERE name = %(name)s",
     "queue_delete": """
 WITH gone AS (DELETE FROM {queues} WHERE name = %(name)s),
-unbound AS (DELETE FROM {bindings} WHERE queue = %(name)s),
-emptied AS (DELETE FROM {jobs} WHERE queue = %(name)s RETURNING 1)
+unbound AS (DELETE FROM {bindings} WHERE queue = %(name)s RETURNING 1),
+emptied AS (DELETE FROM {jobs} WHERE queue = %(name)s RETURNING 1),
+bumped AS (
+UPDATE {meta} SET value = (value::bigint + 1)::text
+  WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM unbound)
+  RETURNING pg_notify(%(channel)s, '"routing"')
+)
 SELECT count(*) FROM emptied""",
     "touch_queues": f"UPDATE {{queues}} SET last_used = {NOW} WHERE name = ANY(%(names)s)",
     "lease_acquire": f"""

@@ -29,6 +29,7 @@ from .base import (
     SweepResult,
     Waiter,
     Wakeup,
+    check_lease_ttl,
     check_queue_args,
 )
 from .options import StoreOptions, StoreURL, validate_name
@@ -275,6 +276,8 @@ class SQLiteStore(Store):
             for name in dropped:
                 conn.execute(self._sql["queue_delete_bindings"], {"name": name})
                 conn.execute(self._sql["queue_delete_jobs"], {"name": name})
+            if dropped:
+                conn.execute(self._sql["bump_routing"])
         return SweepResult(len(expired), purged, tuple(dropped))
 
     # -------------------------------------------------------------- reads, admin
@@ -359,7 +362,8 @@ class SQLiteStore(Store):
     def queue_delete(self, name: str) -> int:
         with self._write() as conn:
             conn.execute(self._sql["queue_delete_row"], {"name": name})
-            conn.execute(self._sql["queue_delete_bindings"], {"name": name})
+            if conn.execute(self._sql["queue_delete_bindings"], {"name": name}).rowcount:
+                conn.execute(self._sql["bump_routing"])
             return conn.execute(self._sql["queue_delete_jobs"], {"name": name}).rowcount
 
     def touch_queues(self, names: Sequence[str]) -> None:
@@ -368,6 +372,7 @@ class SQLiteStore(Store):
 
     # -------------------------------------------------------------------- leases
     def lease_acquire(self, name: str, owner: str, ttl: float) -> bool:
+        check_lease_ttl(ttl)
         return self._one("lease_acquire", {"name": name, "owner": owner, "ttl": ttl}) is not None
 
     def lease_release(self, name: str, owner: str) -> bool:

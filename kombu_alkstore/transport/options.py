@@ -28,14 +28,15 @@ _FOREIGN = frozenset(
 class TransportOptions:
     """What the transport itself needs, besides the store's options."""
 
-    #: Safety-net re-poll of the queues, in seconds (wake-ups make it rarely needed).
-    polling_interval: float = 5.0
+    #: Safety-net re-poll of the queues, in seconds: wake-ups (NOTIFY on PostgreSQL, the
+    #: change check on SQLite) deliver new work; this only covers a lost notification.
+    polling_interval: float = 10.0
     #: How often held messages have their deadlines extended; default visibility/3.
     heartbeat_interval: float | None = None
     #: The most messages one claim fetches (the channel's QoS sets the rest).
     prefetch_max: int = 100
     #: How often a worker sweeps expired jobs and retention (at least once a minute).
-    sweep_interval: float = 30.0
+    sweep_interval: float = 60.0
     #: How long acks may wait to be applied together in one statement, in seconds.
     ack_flush_interval: float = 0.002
     #: SQLite: how often to check for others' commits, in seconds.

@@ -18,7 +18,21 @@ _topic_pattern = TopicExchange(None).key_to_pattern
 
 
 class RoutingCache:
-    def __init__(self, store: Store, ttl: float = 0.5) -> None:
+    #: Seconds between routing-version checks when no change notices arrive.
+    POLL_TTL = 0.5
+    #: ... and while a LISTEN connection of this process announces every change.
+    NOTIFIED_TTL = 30.0
+
+    @classmethod
+    def for_store(cls, store: Store) -> RoutingCache:
+        """The process-wide cache for ``store`` (shared by all its connections)."""
+        cache = getattr(store, "_routing_cache", None)
+        if cache is None:
+            cache = cls(store)
+            store._routing_cache = cache  # type: ignore[attr-defined]
+        return cache
+
+    def __init__(self, store: Store, ttl: float = POLL_TTL) -> None:
         self.store = store
         self.ttl = ttl
         self._lock = threading.Lock()
@@ -26,6 +40,13 @@ class RoutingCache:
         self._checked = 0.0
         self._tables: dict[str, list[tuple[str, str, str]]] = {}
         self._types: dict[str, str | None] = {}
+        self._listeners = 0
+
+    def listening(self, delta: int) -> None:
+        """A LISTEN connection that announces routing changes started (+1) or stopped (-1)."""
+        with self._lock:
+            self._listeners = max(0, self._listeners + delta)
+            self.ttl = self.NOTIFIED_TTL if self._listeners else self.POLL_TTL
 
     def _fresh(self) -> None:
         now = time.monotonic()

@@ -73,6 +73,7 @@ class Transport(virtual.Transport):
         self._last_heartbeat = self._last_sweep = time.monotonic()
         self._trefs: list[Any] = []
         self._loop: Any = None
+        self._listening = False
 
     @staticmethod
     def _parse_url(hostname: str | None) -> StoreURL:
@@ -87,7 +88,7 @@ class Transport(virtual.Transport):
     def establish_connection(self) -> Any:
         if self.store is None:
             self.store = acquire_store(self.store_url, self.store_options)
-            self.routing = RoutingCache(self.store)
+            self.routing = RoutingCache.for_store(self.store)
         return super().establish_connection()
 
     def _waiter(self) -> Waiter:
@@ -123,6 +124,9 @@ class Transport(virtual.Transport):
         if self._loop is not None:
             self._loop.on_tick.discard(self._on_tick)
             self.acks.attach(None)
+            if self._listening:
+                self._listening = False
+                self.routing.listening(-1)
             fd = self.waiter.fileno() if self.waiter is not None else None
             if fd is not None:
                 self._loop.remove(fd)
@@ -137,6 +141,8 @@ class Transport(virtual.Transport):
         fd = waiter.fileno()
         if fd is not None:
             loop.add_reader(fd, self._on_readable)
+            self._listening = True
+            self.routing.listening(+1)
         else:
             self._trefs.append(
                 loop.call_repeatedly(self.options.sqlite_poll_interval, self._on_readable)
@@ -155,6 +161,8 @@ class Transport(virtual.Transport):
 
     def _on_readable(self, *args: Any) -> None:
         wake = self._waiter().poll()
+        if wake.routing:
+            self.routing.invalidate()
         if wake.next_at is not None:
             self._schedule_at(wake.next_at)
         if wake.any or wake.queues & self._active_queues():
@@ -283,6 +291,8 @@ class Transport(virtual.Transport):
                 wait = min(wait, max(self._next_at - time.time(), 0))
             wake = waiter.wait(max(wait, 0))
             learn = bool(wake) and fd_less(waiter)
+            if wake.routing:
+                self.routing.invalidate()
             if wake.next_at is not None:
                 self._remember_next_at(wake.next_at)
 
