@@ -32,6 +32,9 @@ class StoreOptions:
     #: live consumers refresh their queues on the (≤ 60 s) sweep timer, so a shorter
     #: expiry alone would drop the queues of running workers.
     queue_expiry_grace: float = 120.0
+    #: PostgreSQL: publishes wait for the WAL flush. Off: ``synchronous_commit=off`` for
+    #: publishes too, faster, but a database crash may lose the last moments of publishes.
+    durable_publish: bool = True
     #: Create the tables on connect; turn off where the role may not create tables.
     setup: bool = True
     #: SQLite: how long a writer waits for the lock, in seconds.

@@ -34,6 +34,8 @@ from .options import StoreOptions, StoreURL, validate_name
 from .schema import SCHEMA_VERSION
 
 T = TypeVar("T")
+#: Statements run on the pool that does not wait for the WAL flush (see __init__).
+_FAST_KEYS = ("claim_one", "claim_any", "ack", "heartbeat", "pend", "kill", "sweep", "touch_queues")
 NOW = "extract(epoch FROM statement_timestamp())::float8"
 _DEAD_COLS = (
     "id, queue, msg_id, body, priority, attempts, max_attempts, visibility_timeout, "
@@ -97,13 +99,24 @@ class PostgresStore(Store):
             raise StoreUnavailable(
                 f"cannot connect to PostgreSQL at {url.masked()}: {str(exc).strip()}"
             ) from exc
-        self._pool = ConnectionPool(
-            url.conninfo,
+        self._pool = self._new_pool("durable", {})
+        # Claims, acks, heartbeats and sweeps commit without waiting for the WAL flush:
+        # one lost in a database crash only makes its message deliverable again, which
+        # at-least-once delivery already allows. Publishes stay durable unless
+        # ``durable_publish`` is off.
+        self._fast = self._new_pool("fast", {"options": "-c synchronous_commit=off"})
+        self._fast_keys = set(_FAST_KEYS)
+        if not options.durable_publish:
+            self._fast_keys.add("insert")
+
+    def _new_pool(self, kind: str, kwargs: dict[str, Any]) -> ConnectionPool:
+        return ConnectionPool(
+            self.url.conninfo,
             min_size=1,
-            max_size=options.pool_max_size,
-            kwargs={"autocommit": True},
+            max_size=self.options.pool_max_size,
+            kwargs={"autocommit": True, **kwargs},
             open=True,
-            name=f"alkstore-{options.schema}",
+            name=f"alkstore-{self.options.schema}-{kind}",
         )
 
     # ------------------------------------------------------------------ plumbing
@@ -116,7 +129,7 @@ class PostgresStore(Store):
         with self._pool.connection() as conn:
             yield conn
 
-    def _with_conn(self, work: Callable[[psycopg.Connection], T]) -> T:
+    def _with_conn(self, work: Callable[[psycopg.Connection], T], key: str = "") -> T:
         """Run ``work`` on a pooled connection (or the caller's, when one is bound).
 
         A pooled connection found broken (the server restarted, the backend was
@@ -125,14 +138,15 @@ class PostgresStore(Store):
         ambient = AMBIENT.get()
         if ambient is not None:
             return work(self._adopt(ambient))
+        pool = self._fast if key in self._fast_keys else self._pool
         for attempt in (0, 1):
-            with self._pool.connection() as conn:
+            with pool.connection() as conn:
                 try:
                     return work(conn)
                 except psycopg.OperationalError:
                     if attempt or not conn.broken:
                         raise
-            self._pool.check()  # drop the other idle connections the restart broke too
+            pool.check()  # drop the other idle connections the restart broke too
         raise AssertionError("unreachable")
 
     def _params(self, params: dict[str, Any] | None) -> dict[str, Any]:
@@ -141,19 +155,20 @@ class PostgresStore(Store):
 
     def _all(self, key: str, params: dict[str, Any] | None = None) -> list[tuple]:
         sql, args = self._sql[key], self._params(params)
-        return self._with_conn(lambda c: c.execute(sql, args).fetchall())
+        return self._with_conn(lambda c: c.execute(sql, args).fetchall(), key)
 
     def _one(self, key: str, params: dict[str, Any] | None = None) -> tuple | None:
         sql, args = self._sql[key], self._params(params)
-        return self._with_conn(lambda c: c.execute(sql, args).fetchone())
+        return self._with_conn(lambda c: c.execute(sql, args).fetchone(), key)
 
     def _run(self, key: str, params: dict[str, Any] | None = None) -> int:
         sql, args = self._sql[key], self._params(params)
-        return self._with_conn(lambda c: c.execute(sql, args).rowcount)
+        return self._with_conn(lambda c: c.execute(sql, args).rowcount, key)
 
     def close(self) -> None:
         if os.getpid() == self._pid:  # a forked child must not close its parent's sockets
             self._pool.close()
+            self._fast.close()
 
     # --------------------------------------------------------------------- setup
     def _setup(self, conn: psycopg.Connection) -> None:
@@ -207,7 +222,9 @@ class PostgresStore(Store):
         ]
         if len(params) == 1:
             return [
-                self._with_conn(lambda c: c.execute(self._sql["insert"], params[0]).fetchone()[0])
+                self._with_conn(
+                    lambda c: c.execute(self._sql["insert"], params[0]).fetchone()[0], "insert"
+                )
             ]
 
         def insert_all(conn: psycopg.Connection) -> list[int]:
@@ -219,7 +236,7 @@ class PostgresStore(Store):
                     if not cur.nextset():
                         return ids
 
-        return self._with_conn(insert_all)
+        return self._with_conn(insert_all, "insert")
 
     # --------------------------------------------------------------------- claim
     def claim(self, queues: Sequence[str], limit: int = 1) -> list[Delivery]:
