@@ -20,6 +20,7 @@ from .base import (
     Waiter,
     Wakeup,
     bound_connection,
+    unbound,
 )
 from .options import StoreOptions, StoreURL, parse_store_url
 
@@ -41,6 +42,7 @@ __all__ = [
     "open_store",
     "release_store",
     "shared_store",
+    "unbound",
 ]
 
 _shared: dict[tuple, list] = {}  # key -> [store, references]
@@ -55,13 +57,14 @@ def open_store(url: str | URL | StoreURL, options: StoreOptions | None = None, *
     """
     parsed = url if isinstance(url, StoreURL) else parse_store_url(url)
     opts = options or StoreOptions.from_mapping(kw)
-    if parsed.engine == "postgresql":
-        from .postgres import PostgresStore
+    with unbound():  # setup never joins a caller's transaction
+        if parsed.engine == "postgresql":
+            from .postgres import PostgresStore
 
-        return PostgresStore(parsed, opts)
-    from .sqlite import SQLiteStore
+            return PostgresStore(parsed, opts)
+        from .sqlite import SQLiteStore
 
-    return SQLiteStore(parsed, opts)
+        return SQLiteStore(parsed, opts)
 
 
 def acquire_store(url: str | URL | StoreURL, options: StoreOptions) -> Store:

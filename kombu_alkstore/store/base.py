@@ -32,6 +32,18 @@ AMBIENT: contextvars.ContextVar[Any] = contextvars.ContextVar("alkstore_ambient"
 
 
 @contextmanager
+def unbound() -> Iterator[None]:
+    """Run store calls on the store's own connections even inside ``bound_connection``:
+    for work that must not commit or roll back with the caller (setup, routing reads,
+    declarations on PostgreSQL)."""
+    token = AMBIENT.set(None)
+    try:
+        yield
+    finally:
+        AMBIENT.reset(token)
+
+
+@contextmanager
 def bound_connection(connection: Any) -> Iterator[None]:
     """Route every store write of this context (thread or asyncio task) through the
     caller's open ``connection``: nothing is committed by the store, so the jobs commit or

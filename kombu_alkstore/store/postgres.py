@@ -112,7 +112,7 @@ class PostgresStore(Store):
     def _new_pool(self, kind: str, kwargs: dict[str, Any]) -> ConnectionPool:
         return ConnectionPool(
             self.url.conninfo,
-            min_size=1,
+            min_size=0,  # connect on first use; idle connections are kept for reuse
             max_size=self.options.pool_max_size,
             kwargs={"autocommit": True, **kwargs},
             open=True,

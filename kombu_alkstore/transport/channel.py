@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import time
 from collections import deque
@@ -12,7 +13,7 @@ from kombu.exceptions import ChannelError
 from kombu.transport import virtual
 from kombu.transport.base import to_rabbitmq_queue_arguments
 
-from ..store import Delivery
+from ..store import Delivery, unbound
 from .envelope import to_job, to_message
 
 if TYPE_CHECKING:
@@ -123,15 +124,18 @@ class Channel(virtual.Channel):
                 )
             return
         if self.connection.routing.type(exchange) != type:
-            self.store.exchange_declare(exchange, type)
+            with self._declaring():
+                self.store.exchange_declare(exchange, type)
             self.connection.routing.invalidate()
 
     def exchange_delete(self, exchange: str, if_unused: bool = False, nowait: bool = False) -> None:
-        self.store.exchange_delete(exchange)
+        with self._declaring():
+            self.store.exchange_delete(exchange)
         self.connection.routing.invalidate()
 
     def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
-        self.store.bind(exchange, routing_key, queue)
+        with self._declaring():
+            self.store.bind(exchange, routing_key, queue)
         self.connection.routing.invalidate()
 
     def queue_bind(
@@ -153,7 +157,8 @@ class Channel(virtual.Channel):
         arguments: Any = None,
         **kwargs: Any,
     ) -> None:
-        self.store.unbind(exchange or "amq.direct", routing_key, queue)
+        with self._declaring():
+            self.store.unbind(exchange or "amq.direct", routing_key, queue)
         self.connection.routing.invalidate()
 
     # ------------------------------------------------------------------ queues
@@ -170,12 +175,20 @@ class Channel(virtual.Channel):
         now = time.monotonic()
         if now - declared.get(key, -1e9) < DECLARE_CACHE_SECONDS:
             return
-        self.store.queue_declare(
-            queue,
-            message_ttl=float(ttl) / 1000.0 if ttl is not None else None,
-            expires=float(expires) / 1000.0 if expires is not None else None,
-        )
+        with self._declaring():
+            self.store.queue_declare(
+                queue,
+                message_ttl=float(ttl) / 1000.0 if ttl is not None else None,
+                expires=float(expires) / 1000.0 if expires is not None else None,
+            )
         declared[key] = now
+
+    def _declaring(self) -> contextlib.AbstractContextManager:
+        """Declarations commit on their own, not with a caller's transaction (a rolled
+        back publish must not leave kombu believing an exchange or binding exists).
+        SQLite cannot: the caller's transaction holds the only write lock, so there they
+        go through it (declare exchanges and queues at start-up, see the docs)."""
+        return unbound() if self.store.engine == "postgresql" else contextlib.nullcontext()
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         return self.store.queue_exists(queue)
@@ -194,7 +207,8 @@ class Channel(virtual.Channel):
     ) -> None:
         if if_empty and self._size(queue):
             return
-        self.store.queue_delete(queue)
+        with self._declaring():
+            self.store.queue_delete(queue)
         self.connection.declared.clear()
         self.connection.routing.invalidate()
 

@@ -7,14 +7,22 @@ changes a binding, and once more before a direct publish would find no queue.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
 from kombu.transport.virtual.exchange import TopicExchange
 
-from ..store import Store
+from ..store import Store, unbound
 
 _topic_pattern = TopicExchange(None).key_to_pattern
+
+
+def _committed(store: Store) -> contextlib.AbstractContextManager:
+    """Read routing outside a caller's transaction on PostgreSQL (committed state only).
+    On SQLite the caller's connection is kept: the store's own one may be waiting for
+    the write lock that very transaction holds."""
+    return unbound() if store.engine == "postgresql" else contextlib.nullcontext()
 
 
 class RoutingCache:
@@ -52,7 +60,8 @@ class RoutingCache:
         now = time.monotonic()
         if now - self._checked < self.ttl:
             return
-        version = self.store.routing_version()
+        with _committed(self.store):
+            version = self.store.routing_version()
         with self._lock:
             self._checked = now
             if version != self._version:
@@ -68,7 +77,8 @@ class RoutingCache:
     def type(self, exchange: str) -> str | None:
         self._fresh()
         if exchange not in self._types:
-            self._types[exchange] = self.store.exchange_type(exchange)
+            with _committed(self.store):
+                self._types[exchange] = self.store.exchange_type(exchange)
         return self._types[exchange]
 
     def table(self, exchange: str) -> list[tuple[str, str, str]]:
@@ -76,6 +86,8 @@ class RoutingCache:
         self._fresh()
         rows = self._tables.get(exchange)
         if rows is None:
-            rows = [(rk, _topic_pattern(rk), q) for rk, q in self.store.bindings(exchange)]
+            with _committed(self.store):
+                bound = self.store.bindings(exchange)
+            rows = [(rk, _topic_pattern(rk), q) for rk, q in bound]
             self._tables[exchange] = rows
         return rows
