@@ -110,6 +110,8 @@ class Report:
     publish_retries: int = 0
     integrity: str = "n/a"
     settle_seconds: float = 0.0
+    #: (epoch seconds, fault kind) of every fault injected.
+    events: list[tuple[float, str]] = field(default_factory=list)
     elapsed: float = 0.0
 
     @property
@@ -349,7 +351,7 @@ class Soak:
                 ("kill_worker", 3),
                 ("kill_child", 2),
                 ("terminate_backends", 2),
-                ("restart_cluster", 1),
+                ("restart_cluster", 2),
                 ("kill_publisher", 1),
             ]
         return [("kill_worker", 4), ("kill_child", 3), ("kill_publisher", 2)]
@@ -390,6 +392,7 @@ class Soak:
             _kill_group(pub)
             self.publisher_restart_at = time.monotonic() + rnd.uniform(0.2, 1.0)
         self.events.append((time.time(), kind))
+        self.report.events = self.events
         self.report.faults[kind] = self.report.faults.get(kind, 0) + 1
         return True
 
@@ -615,11 +618,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=None, help="seconds of chaos per engine")
     p.add_argument("--short", action="store_true", help="CI size: both engines under 2 min")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-attempts", type=int, default=3, help="transport max_attempts")
+    p.add_argument(
+        "--visibility-timeout", type=float, default=6.0, help="transport visibility_timeout"
+    )
     p.add_argument("--json", type=Path, default=None, help="write the reports here")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     args = p.parse_args(argv)
     if args.tasks is not None and args.tasks < 1:
         p.error("--tasks must be at least 1")
+    if args.max_attempts < 1:
+        p.error("--max-attempts must be at least 1")
+    if args.visibility_timeout <= 0:
+        p.error("--visibility-timeout must be positive")
     if args.workers < 1:
         p.error("--workers must be at least 1")
     if args.duration is not None and not 1 <= args.duration <= 3600:
@@ -642,6 +653,8 @@ def main(argv: list[str] | None = None) -> int:
             seed=seed,
             settle_cap=settle_cap,
             keep=args.keep,
+            max_attempts=args.max_attempts,
+            visibility_timeout=args.visibility_timeout,
         )
         report = Soak(s, work).run()
         reports.append(report)
