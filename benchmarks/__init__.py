@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m benchmarks`` runs the Celery end-to-end harness (see harness/)."""

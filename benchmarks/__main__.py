@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.harness.cli import main
+
+sys.exit(main())
