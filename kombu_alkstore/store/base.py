@@ -297,6 +297,10 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
+    def ping(self) -> None:
+        """One round trip: raises when the database cannot be reached."""
+
+    @abc.abstractmethod
     def size(self, queue: str) -> int:
         """Pending jobs (due or delayed) in ``queue``: the AMQP message count."""
 

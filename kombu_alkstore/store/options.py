@@ -12,7 +12,8 @@ from sqlalchemy.exc import ArgumentError
 from ..errors import ConfigurationError
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")
-#: Longest queue/exchange/routing-key/schedule name accepted, in characters.
+#: Longest queue/exchange/routing-key/schedule name accepted, in UTF-8 bytes (an index
+#: entry on PostgreSQL holds at most about 2,700 bytes).
 MAX_NAME_LENGTH = 1024
 
 POSTGRES_DRIVERS = {"postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2"}
@@ -124,18 +125,49 @@ def validate_name(value: Any, what: str = "queue name") -> str:
         raise ConfigurationError(f"{what} must be a string, got {value!r}")
     if not value:
         raise ConfigurationError(f"{what} must not be empty")
-    if len(value) > MAX_NAME_LENGTH:
-        raise ConfigurationError(
-            f"{what} is {len(value)} characters long; at most {MAX_NAME_LENGTH} are allowed: "
-            f"{value[:40]!r}..."
-        )
     if "\x00" in value:
         raise ConfigurationError(f"{what} {value!r} contains a NUL character")
     try:
-        value.encode("utf-8")
+        size = len(value.encode("utf-8"))
     except UnicodeEncodeError:
         raise ConfigurationError(f"{what} {value!r} is not valid unicode text") from None
+    if size > MAX_NAME_LENGTH:
+        raise ConfigurationError(
+            f"{what} is {size} bytes long in UTF-8; at most {MAX_NAME_LENGTH} are allowed: "
+            f"{value[:40]!r}..."
+        )
     return value
+
+
+def check_text_params(params: dict[str, Any]) -> None:
+    """Refuse, naming it, a text parameter the database cannot hold (NUL, lone surrogate),
+    whatever the operation: lookups bind names they never validated as new names."""
+    for key, value in params.items():
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if not isinstance(v, str):
+                continue
+            what = _PARAM_NAMES.get(key, key)
+            if "\x00" in v:
+                raise ConfigurationError(f"{what} {v!r} contains a NUL character")
+            if not v.isascii():
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ConfigurationError(f"{what} {v!r} is not valid unicode text") from None
+
+
+#: How the store's SQL parameters are named to a user.
+_PARAM_NAMES = {
+    "queue": "queue name",
+    "queues": "queue name",
+    "names": "queue name",
+    "name": "queue, exchange name or schedule name",
+    "exchange": "exchange name",
+    "rk": "routing key",
+    "id": "message id",
+    "msg_id": "message id",
+    "owner": "lease owner",
+}
 
 
 @dataclass(frozen=True)

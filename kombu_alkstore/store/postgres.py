@@ -30,10 +30,14 @@ from .base import (
     check_lease_ttl,
     check_queue_args,
 )
-from .options import StoreOptions, StoreURL, validate_name
+from .options import StoreOptions, StoreURL, check_text_params, validate_name
 from .schema import SCHEMA_VERSION
 
 T = TypeVar("T")
+#: Seconds a statement waits for a pooled connection (the database may be down).
+POOL_TIMEOUT = 10.0
+#: ... and a connection check, which should fail fast so kombu's retry backoff applies.
+PING_TIMEOUT = 3.0
 #: Statements run on the pool that does not wait for the WAL flush (see __init__).
 _FAST_KEYS = ("claim_one", "claim_any", "ack", "heartbeat", "pend", "kill", "sweep", "touch_queues")
 NOW = "extract(epoch FROM statement_timestamp())::float8"
@@ -115,6 +119,7 @@ class PostgresStore(Store):
             min_size=0,  # connect on first use; idle connections are kept for reuse
             max_size=self.options.pool_max_size,
             kwargs={"autocommit": True, **kwargs},
+            timeout=POOL_TIMEOUT,
             open=True,
             name=f"alkstore-{self.options.schema}-{kind}",
         )
@@ -151,7 +156,9 @@ class PostgresStore(Store):
 
     def _params(self, params: dict[str, Any] | None) -> dict[str, Any]:
         # Every statement may name the NOTIFY channel; psycopg ignores unused keys.
-        return {"channel": self.channel, **(params or {})}
+        args = {"channel": self.channel, **(params or {})}
+        check_text_params(args)
+        return args
 
     def _all(self, key: str, params: dict[str, Any] | None = None) -> list[tuple]:
         sql, args = self._sql[key], self._params(params)
@@ -251,6 +258,10 @@ class PostgresStore(Store):
             if len(claimed) == len(rows):  # no spent job took a place: nothing more is due
                 break
         return out
+
+    def ping(self) -> None:
+        with self._pool.connection(timeout=PING_TIMEOUT) as conn:
+            conn.execute("SELECT 1")
 
     def size(self, queue: str) -> int:
         row = self._one("size", {"queue": queue})

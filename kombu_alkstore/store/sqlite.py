@@ -32,7 +32,7 @@ from .base import (
     check_lease_ttl,
     check_queue_args,
 )
-from .options import StoreOptions, StoreURL, validate_name
+from .options import StoreOptions, StoreURL, check_text_params, validate_name
 from .schema import SCHEMA_VERSION
 
 _DEAD_COLS = (
@@ -210,6 +210,9 @@ class SQLiteStore(Store):
             rows = {r[0]: r for r in conn.execute(self._sql["claim"], params)}
         # In the candidates' order (priority DESC, run_at, id), which RETURNING loses.
         return [Delivery(*rows[i]) for i in order if i in rows]
+
+    def ping(self) -> None:
+        self._one("ping")
 
     def size(self, queue: str) -> int:
         row = self._one("size", {"queue": queue})
@@ -448,6 +451,7 @@ def _autocommits(conn: sqlite3.Connection) -> bool:
 def _with_now(params: dict[str, Any] | None) -> dict[str, Any]:
     out = dict(params or {})
     out.setdefault("now", time.time())
+    check_text_params(out)
     return out
 
 
@@ -534,6 +538,7 @@ SET state = 'processing', attempts = attempts + 1, token = random(),
 WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING id, token, queue, body, priority, attempts, max_attempts, backoff_base, deadline,
           msg_id""",
+    "ping": "SELECT 1",
     "size": "SELECT count(*) FROM {jobs} WHERE queue = :queue AND state = 'pending'",
     "next_due": f"SELECT min(run_at) FROM {{jobs}} WHERE {_IN_QUEUES} AND state = 'pending'",
     "ack": f"DELETE FROM {{jobs}} WHERE {_HELD} RETURNING id",

@@ -13,6 +13,7 @@ from kombu.exceptions import ChannelError
 from kombu.transport import virtual
 from kombu.transport.base import to_rabbitmq_queue_arguments
 
+from ..errors import ConfigurationError
 from ..store import Delivery, unbound
 from .envelope import to_job, to_message
 
@@ -47,6 +48,18 @@ def undecodable(message: Any) -> str | None:
     return None
 
 
+def _millis(value: Any, name: str, queue: str) -> float | None:
+    """A queue argument in milliseconds, or a clear error naming it."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(
+            f"queue {queue!r}: argument {name} must be a number of milliseconds, got {value!r}"
+        ) from None
+
+
 def _connection_errors() -> tuple[type[BaseException], ...]:
     from .transport import Transport
 
@@ -54,12 +67,18 @@ def _connection_errors() -> tuple[type[BaseException], ...]:
 
 
 class QoS(virtual.QoS):
-    """Unacked messages go back as the SAME rows (attempt refunded), never as copies."""
+    """Unacked messages go back as the SAME rows (attempt refunded), never as copies.
+
+    Not after a lost connection: tasks may still be running (acks_late), so their claims
+    are kept, heartbeated by the next connection, and acked late if they finish.
+    """
 
     def restore_unacked(self) -> list:
         self._flush()
         tags = list(self._delivered)
         self._delivered.clear()
+        if self.channel.connection is not None and self.channel.connection.lost:
+            return []
         return self.channel._release(tags)
 
 
@@ -167,7 +186,8 @@ class Channel(virtual.Channel):
 
     def _new_queue(self, queue: str, arguments: dict | None = None, **kwargs: Any) -> None:
         args = arguments or {}
-        ttl, expires = args.get("x-message-ttl"), args.get("x-expires")
+        ttl = _millis(args.get("x-message-ttl"), "x-message-ttl (message_ttl)", queue)
+        expires = _millis(args.get("x-expires"), "x-expires (expires)", queue)
         key = (queue, ttl, expires)
         # Celery's rpc:// backend redeclares its reply queue on every send: one write
         # per queue and arguments per few seconds is enough to keep the row fresh.
@@ -178,8 +198,8 @@ class Channel(virtual.Channel):
         with self._declaring():
             self.store.queue_declare(
                 queue,
-                message_ttl=float(ttl) / 1000.0 if ttl is not None else None,
-                expires=float(expires) / 1000.0 if expires is not None else None,
+                message_ttl=ttl / 1000.0 if ttl is not None else None,
+                expires=expires / 1000.0 if expires is not None else None,
             )
         declared[key] = now
 
@@ -261,13 +281,30 @@ class Channel(virtual.Channel):
                 message = self._decode_row(d)
                 if message is None:
                     continue
+                tag = tag_of(d)
                 if d.queue not in self._no_ack_queues:
-                    held[tag_of(d)] = d
-                self.connection._deliver(message, d.queue)
+                    held[tag] = d
+                try:
+                    self.connection._deliver(message, d.queue)
+                except Exception as exc:
+                    # The consumer could not take it (e.g. a task body Celery cannot
+                    # parse): dead-letter it rather than crash the worker on it forever.
+                    self._refuse(d, tag, exc)
         finally:
             rest = [d for d in pending if d.queue not in self._no_ack_queues]
             if rest:  # a callback raised mid-batch: hand the rest back untouched
                 self.store.release(rest)
+
+    def _refuse(self, d: Delivery, tag: str, exc: Exception) -> None:
+        logger.error(
+            "alkstore: message %s on %r could not be delivered and is dead-lettered: %r",
+            d.id,
+            d.queue,
+            exc,
+        )
+        if self.held.pop(tag, None) is not None:
+            self.qos._delivered.pop(tag, None)
+            self.store.fail([d], f"delivery failed: {exc!r}")
 
     def _decode_row(self, d: Delivery) -> dict | None:
         """The kombu message for a row; a row that is not one is dead-lettered."""

@@ -62,8 +62,11 @@ class Transport(virtual.Transport):
         self.store: Store | None = None
         self.routing: RoutingCache | None = None
         self.waiter: Waiter | None = None
-        #: Every message this connection holds unacked, by delivery tag.
+        #: Every message this process holds unacked on this store, by delivery tag
+        #: (shared by its connections: one that replaces a lost one keeps them alive).
         self.held: dict[str, Any] = {}
+        #: Set once a connection error was seen: no hand-back through a dead link.
+        self.lost = False
         self.acks = AckBuffer(self)
         #: Queue declarations made recently by this connection (see Channel._new_queue).
         self.declared: dict[tuple, float] = {}
@@ -74,6 +77,7 @@ class Transport(virtual.Transport):
         self._trefs: list[Any] = []
         self._loop: Any = None
         self._listening = False
+        self._tick: Any = None
 
     @staticmethod
     def _parse_url(hostname: str | None) -> StoreURL:
@@ -89,6 +93,12 @@ class Transport(virtual.Transport):
         if self.store is None:
             self.store = acquire_store(self.store_url, self.store_options)
             self.routing = RoutingCache.for_store(self.store)
+            self.held = _shared_held(self.store)
+        try:
+            self.store.ping()  # reusing an open store must still prove the database is up
+        except self.connection_errors:
+            self.lost = True
+            raise
         return super().establish_connection()
 
     def _waiter(self) -> Waiter:
@@ -122,7 +132,7 @@ class Transport(virtual.Transport):
             tref.cancel()
         self._trefs.clear()
         if self._loop is not None:
-            self._loop.on_tick.discard(self._on_tick)
+            self._loop.on_tick.discard(self._tick)
             self.acks.attach(None)
             if self._listening:
                 self._listening = False
@@ -140,20 +150,36 @@ class Transport(virtual.Transport):
         waiter = self._waiter()
         fd = waiter.fileno()
         if fd is not None:
-            loop.add_reader(fd, self._on_readable)
+            loop.add_reader(fd, self._guarded(self._on_readable))
             self._listening = True
             self.routing.listening(+1)
         else:
             self._trefs.append(
-                loop.call_repeatedly(self.options.sqlite_poll_interval, self._on_readable)
+                loop.call_repeatedly(
+                    self.options.sqlite_poll_interval, self._guarded(self._on_readable)
+                )
             )
         self._trefs += [
-            loop.call_repeatedly(self.polling_interval, self._poll_all),
-            loop.call_repeatedly(self.heartbeat_interval, self.heartbeat),
-            loop.call_repeatedly(self.options.sweep_interval, self.sweep),
+            loop.call_repeatedly(self.polling_interval, self._guarded(self._poll_all)),
+            loop.call_repeatedly(self.heartbeat_interval, self._guarded(self.heartbeat)),
+            loop.call_repeatedly(self.options.sweep_interval, self._guarded(self.sweep)),
         ]
-        loop.on_tick.add(self._on_tick)
-        loop.call_soon(self._start_polling)
+        self._tick = self._guarded(self._on_tick)
+        loop.on_tick.add(self._tick)
+        loop.call_soon(self._guarded(self._start_polling))
+
+    def _guarded(self, fn: Any) -> Any:
+        """``fn`` for the event loop: a connection error marks this connection lost (so
+        closing it hands nothing back) and propagates, so Celery reconnects."""
+
+        def call(*args: Any) -> Any:
+            try:
+                return fn(*args)
+            except self.connection_errors:
+                self.lost = True
+                raise
+
+        return call
 
     def _start_polling(self) -> None:
         self._poll_all()
@@ -192,7 +218,7 @@ class Transport(virtual.Transport):
 
     def _schedule_at(self, when: float) -> None:
         if self._remember_next_at(when) and self._loop is not None:
-            self._loop.call_later(max(when - time.time(), 0) + 0.001, self._poll_due)
+            self._loop.call_later(max(when - time.time(), 0) + 0.001, self._guarded(self._poll_due))
 
     def _poll_due(self) -> None:
         """A delayed job fell due: claim it, then learn when the next one is due."""
@@ -267,6 +293,9 @@ class Transport(virtual.Transport):
     # ------------------------------------------------------------ no event loop
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:
         """Deliver one batch, blocking on the wake-up source (not a sleep loop)."""
+        return self._guarded(self._drain)(timeout)
+
+    def _drain(self, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         waiter = self._waiter()
         learn = not self._learned
@@ -323,7 +352,9 @@ class AckBuffer:
             deferred = self._loop is not None and threading.get_ident() == self._loop_thread
             if deferred and not self._scheduled:
                 self._scheduled = True
-                self._loop.call_later(self.transport.options.ack_flush_interval, self.flush)
+                self._loop.call_later(
+                    self.transport.options.ack_flush_interval, self.transport._guarded(self.flush)
+                )
         if not deferred:
             self.flush()
 
@@ -343,6 +374,13 @@ class AckBuffer:
                     d.id,
                     d.queue,
                 )
+
+
+def _shared_held(store: Store) -> dict[str, Any]:
+    held = getattr(store, "_transport_held", None)
+    if held is None:
+        held = store._transport_held = {}  # type: ignore[attr-defined]
+    return held
 
 
 def fd_less(waiter: Waiter) -> bool:

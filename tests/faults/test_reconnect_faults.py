@@ -17,14 +17,6 @@ from tests.private_pg import private_cluster
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: on a lost connection Celery closes (does not collect) the kombu connection; "
-    "Channel.close -> QoS.restore_unacked -> Store.release hands back every unacked message, "
-    "tasks still running under acks_late included, with the attempt refunded: each runs "
-    "again once the database is back (even with max_attempts=1), and the release blocks the "
-    "event loop on the pool until then",
-)
 def test_task_running_across_a_server_restart_runs_once(tmp_path):
     record = tmp_path / "record.tsv"
     with private_cluster() as cluster:
@@ -51,14 +43,6 @@ def test_task_running_across_a_server_restart_runs_once(tmp_path):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Transport.establish_connection reuses the process-wide store without a round "
-    "trip, so kombu's ensure_connection 'succeeds' with the database down and its backoff "
-    "never applies; the failure surfaces later (register_with_event_loop opening the LISTEN "
-    "connection, queue declarations), outside the retry: a Celery worker's consumer then "
-    "restarts in a tight loop ('Frequent restarts detected: RestartFreqExceeded 5 in 1s')",
-)
 def test_ensure_connection_fails_while_the_database_is_down():
     with private_cluster() as cluster:
         url = f"alkstore+{cluster.url}"
