@@ -581,6 +581,52 @@ def test_message_that_crashes_the_consumer_is_dead_lettered_and_worker_lives(sql
             kill_group(proc)
 
 
+# --------------------------------------------------------------------- beat schedules
+specs = st.one_of(
+    st.text(ANY_CHAR, max_size=16),
+    st.sampled_from(
+        [
+            "@every 1s",
+            "@every 0s",
+            "@every -1m",
+            "@every 1.5h",
+            "@every 10x",
+            "@every",
+            "1m",
+            "@every 99999999999999999999d",
+            "* * * * *",
+            "@daily",
+            "@every 1s ",
+            "",
+        ]
+    ),
+    st.integers(-5, 10**12),
+    st.floats(),
+    st.timedeltas(),
+    st.builds(lambda n: f"@every {n}s", st.integers(-3, 10**6)),
+)
+
+
+@fuzz_settings(60)
+@given(name=names, spec=specs)
+def test_schedule_name_and_spec_stored_or_one_clear_line(sqlite_target, name, spec):
+    from celery_beat_alkstore import api as beat_api
+
+    with sqlite_target.open() as store:
+        try:
+            stored = beat_api.schedule(name, spec, "fuzz.task", store=store)
+        except ConfigurationError as exc:
+            text = str(exc)
+            assert text.strip() and "\n" not in text, text
+            assert beat_api.list_schedules(store=store) == []
+            return
+        assert stored.name == name
+        assert stored.interval > 0 and math.isfinite(stored.interval)
+        assert math.isfinite(stored.next_at)
+        assert [s.name for s in beat_api.list_schedules(store=store)] == [name]
+        assert beat_api.unschedule(name, store=store)
+
+
 # ------------------------------------------------------------------ URLs and options
 MALFORMED_URLS = [
     "alkstore+://",
