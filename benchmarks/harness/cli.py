@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -65,6 +66,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scale-dead", type=int, help="dead rows (1000000)")
     p.add_argument("--scale-tasks", type=int, help="tasks timed per scaling session (5000)")
     p.add_argument("--no-scaling", action="store_true", help="skip the scaling sessions (e)")
+    p.add_argument(
+        "--scaling-only",
+        action="store_true",
+        help="run only the scaling sessions (e) of alkstore-postgresql",
+    )
     p.add_argument(
         "--publish-only",
         action="store_true",
@@ -135,7 +141,27 @@ def make_config(args: argparse.Namespace) -> Config:
     cfg.publish_only = args.publish_only
     if args.nosync_option:
         cfg.nosync_options = dict(kv.split("=", 1) for kv in args.nosync_option)
+    else:
+        cfg.nosync_options = store_nosync_option()
     return cfg
+
+
+def store_nosync_option() -> dict | None:
+    """The store's own opt-in for faster, less durable publishes, when it has one."""
+    try:
+        from kombu_alkstore.store.options import StoreOptions
+    except ImportError:
+        return None
+    if "durable_publish" in StoreOptions.names():
+        return {"durable_publish": False}
+    return None
+
+
+def nosync_text(cfg: Config) -> str:
+    if cfg.nosync_options:
+        opts = ", ".join(f"{k}={v}" for k, v in cfg.nosync_options.items())
+        return f"alkstore-postgresql-nosync publishes with transport option(s) {opts}."
+    return "alkstore-postgresql-nosync publishes through libpq options=-csynchronous_commit=off."
 
 
 def checkout(rev: str, into: Path) -> Path:
@@ -197,8 +223,13 @@ def git_rev() -> str:
         return "?"
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # so every session's cleanup (finally) still runs
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     cfg = make_config(args)
     reps = args.reps or (1 if args.quick else 3)
     brokers = (
@@ -215,7 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         if p_ not in POOLS:
             raise SystemExit(f"unknown pool {p_!r}; known: {', '.join(POOLS)}")
     out_dir = args.out if args.out is not None else (None if args.quick else ROOT / "docs")
-    scaling = not args.no_scaling and not args.publish_only and "alkstore-postgresql" in brokers
+    scaling = args.scaling_only or (
+        not args.no_scaling and not args.publish_only and "alkstore-postgresql" in brokers
+    )
     if cfg.profile_dir:
         cfg.profile_dir.mkdir(parents=True, exist_ok=True)
 
@@ -231,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                 cfg.revs[rev] = checkout(rev, workdir / f"rev-{rev}")
         try:
             for rep in range(1, reps + 1):
-                for broker in brokers:
+                for broker in [] if args.scaling_only else brokers:
                     # The -nosync variant only publishes: one session per repetition.
                     single = base_name(broker).endswith("-nosync") or args.publish_only
                     for pool in pools[:1] if single else pools:
@@ -251,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{cfg.idle:g} s idle window ({cfg.idle_pg:g} s for alkstore-postgresql). "
         f"1-min load average {load0:.2f} at the start, "
         f"{os.getloadavg()[0]:.2f} at the end; {elapsed / 60:.1f} min. "
-        "Cells: median (min–max) over the repetitions."
+        "Cells: median (min–max) over the repetitions. " + nosync_text(cfg)
     )
     from .session import _PSS_REASON
 

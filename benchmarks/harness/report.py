@@ -359,16 +359,18 @@ def notes_block(r: Results) -> str:
         for note in o.notes:
             if note.startswith(("worker start", "filled in")):
                 continue
-            if note.startswith(("idle ", "drain:", "publish:")) and not o.broker.startswith(
-                "alkstore"
-            ):
+            if note.startswith(
+                ("idle ", "drain:", "publish:", "latency:")
+            ) and not o.broker.startswith("alkstore"):
                 continue
             lines.append(f"- r{o.rep} {o.broker} ({o.pool}): {note}")
     return "\n".join(lines)
 
 
 def generated_block(r: Results, header: str, pools: list[str], png: str | None) -> str:
-    parts = [BEGIN, header, "", results_table(r)]
+    parts = [BEGIN, header]
+    if r.rows():
+        parts += ["", results_table(r)]
     sc = scaling_table(r)
     if sc:
         parts += ["", "Scaling (e), one queue, worker prefork 2:", "", sc]

@@ -240,6 +240,7 @@ def run_session(broker: str, pool: str, rep: int, cfg: Config, workdir: Path) ->
 
         # (c) latency: the idle worker, probes 20 ms apart carrying their send time.
         time.sleep(cfg.pause)
+        before = sql_count(counted) if counted.exists() else None
         if profile:
             spy = PySpy(worker.pid, cfg.profile_dir / f"r{rep}-{pool}-latency.txt")
         got = client.call(
@@ -251,6 +252,13 @@ def run_session(broker: str, pool: str, rep: int, cfg: Config, workdir: Path) ->
         if spy is not None:
             spy.stop()
             spy = None
+        if before is not None:  # a few idle safety-net polls may be included
+            time.sleep(0.3)
+            after = sql_count(counted)
+            out.notes.append(
+                f"latency: {(after[0] - before[0]) / cfg.samples:.2f} statements/probe; "
+                + kinds_delta(before[1], after[1])
+            )
         lat = [(start - sent) * 1000 for sent, start in probes]
         for p in (50, 95, 99):
             out.values[f"p{p}"] = percentile(lat, p)
@@ -390,6 +398,9 @@ def fill(schema: str, pending: int, dead: int) -> float:
         conn.execute(f"VACUUM ANALYZE {q}.jobs")
         if dead:
             conn.execute(f"VACUUM ANALYZE {q}.dead")
+        # Write the fill's dirty pages out now, not during the timed drain.
+        with contextlib.suppress(psycopg.Error):
+            conn.execute("CHECKPOINT")
     return time.monotonic() - t0
 
 
