@@ -297,6 +297,10 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
+    def has_due(self, queues: Sequence[str]) -> bool:
+        """Whether any job in ``queues`` is due (a lapsed claim included): one cheap read."""
+
+    @abc.abstractmethod
     def ping(self) -> None:
         """One round trip: raises when the database cannot be reached."""
 

@@ -259,6 +259,10 @@ class PostgresStore(Store):
                 break
         return out
 
+    def has_due(self, queues: Sequence[str]) -> bool:
+        row = self._one("has_due", {"queues": list(queues)})
+        return bool(row and row[0])
+
     def ping(self) -> None:
         with self._pool.connection(timeout=PING_TIMEOUT) as conn:
             conn.execute("SELECT 1")
@@ -627,9 +631,15 @@ SELECT * FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, count(*)::int, NULL, NULL, NULL, NULL, NULL
 FROM buried HAVING count(*) > 0""",
+    "has_due": f"""
+SELECT EXISTS (
+  SELECT 1 FROM unnest(%(queues)s::text[]) AS qn(name)
+  WHERE EXISTS (SELECT 1 FROM {{jobs}} j WHERE j.queue = qn.name AND j.run_at <= {NOW})
+)""",
     "size": "SELECT count(*) FROM {jobs} WHERE queue = %(queue)s AND state = 'pending'",
-    "next_due": """
-SELECT min(run_at) FROM {jobs} WHERE queue = ANY(%(queues)s) AND state = 'pending'""",
+    "next_due": f"""
+SELECT min(run_at) FROM {{jobs}} WHERE queue = ANY(%(queues)s) AND state = 'pending'
+  AND (expires_at IS NULL OR expires_at > {NOW})""",
     "ack": f"""
 DELETE FROM {{jobs}} j USING unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
 WHERE {_HELD} RETURNING j.id""",

@@ -199,6 +199,12 @@ class SQLiteStore(Store):
         if limit < 1 or not queues:
             return []
         params = {"queues": json.dumps(list(queues)), "limit": int(limit), "now": time.time()}
+        if AMBIENT.get() is None:
+            # Nothing due: answer from a read, without a write transaction whose commit
+            # would wake every waiter on the file, this process's own included.
+            with self._read() as conn:
+                if conn.execute(self._sql["claim_probe"], params).fetchone() is None:
+                    return []
         with self._write() as conn:
             spent = conn.execute(self._sql["take_spent"], params).fetchall()
             if spent:
@@ -210,6 +216,10 @@ class SQLiteStore(Store):
             rows = {r[0]: r for r in conn.execute(self._sql["claim"], params)}
         # In the candidates' order (priority DESC, run_at, id), which RETURNING loses.
         return [Delivery(*rows[i]) for i in order if i in rows]
+
+    def has_due(self, queues: Sequence[str]) -> bool:
+        params = {"queues": json.dumps(list(queues))}
+        return self._one("claim_probe", params) is not None
 
     def ping(self) -> None:
         self._one("ping")
@@ -525,6 +535,8 @@ RETURNING {_DEAD_COLS}""",
     "bury": f"""
 INSERT INTO {{dead}} ({_DEAD_COLS}, died_at, last_error)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+    "claim_probe": f"""
+SELECT 1 FROM {{jobs}} WHERE {_IN_QUEUES} AND run_at <= :now LIMIT 1""",
     "claim_pick": f"""
 SELECT id FROM {{jobs}}
 WHERE {_IN_QUEUES} AND run_at <= :now AND (expires_at IS NULL OR expires_at > :now)
@@ -540,7 +552,9 @@ RETURNING id, token, queue, body, priority, attempts, max_attempts, backoff_base
           msg_id""",
     "ping": "SELECT 1",
     "size": "SELECT count(*) FROM {jobs} WHERE queue = :queue AND state = 'pending'",
-    "next_due": f"SELECT min(run_at) FROM {{jobs}} WHERE {_IN_QUEUES} AND state = 'pending'",
+    "next_due": f"""
+SELECT min(run_at) FROM {{jobs}} WHERE {_IN_QUEUES} AND state = 'pending'
+  AND (expires_at IS NULL OR expires_at > :now)""",
     "ack": f"DELETE FROM {{jobs}} WHERE {_HELD} RETURNING id",
     "heartbeat": f"""
 UPDATE {{jobs}}

@@ -266,7 +266,7 @@ class Channel(virtual.Channel):
         deliveries = self.store.claim(list(dict.fromkeys(queues)), limit)
         if not deliveries:
             raise virtual.Empty()
-        self.connection.on_batch(len(deliveries) >= limit)
+        self.connection.on_batch(self, len(deliveries) >= limit)
         self._dispatch(deliveries)
 
     def _dispatch(self, deliveries: list[Delivery]) -> None:

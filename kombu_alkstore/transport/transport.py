@@ -70,7 +70,8 @@ class Transport(virtual.Transport):
         self.acks = AckBuffer(self)
         #: Queue declarations made recently by this connection (see Channel._new_queue).
         self.declared: dict[tuple, float] = {}
-        self._starved = False
+        #: Channels that may have work left behind (a full batch, or no free slot).
+        self._starved: set[Any] = set()
         self._next_at: float | None = None
         self._learned = False
         self._last_heartbeat = self._last_sweep = time.monotonic()
@@ -160,7 +161,7 @@ class Transport(virtual.Transport):
                 )
             )
         self._trefs += [
-            loop.call_repeatedly(self.polling_interval, self._guarded(self._poll_all)),
+            loop.call_repeatedly(self.polling_interval, self._guarded(self._safety_poll)),
             loop.call_repeatedly(self.heartbeat_interval, self._guarded(self.heartbeat)),
             loop.call_repeatedly(self.options.sweep_interval, self._guarded(self.sweep)),
         ]
@@ -191,23 +192,30 @@ class Transport(virtual.Transport):
             self.routing.invalidate()
         if wake.next_at is not None:
             self._schedule_at(wake.next_at)
-        if wake.any or wake.queues & self._active_queues():
+        if wake.any:
             self._poll_all()
-            if fd_less(self._waiter()):
-                self._learn_next_due()
+        elif wake.queues:
+            self._poll_all(only=wake.queues)
+        if wake and fd_less(self._waiter()):
+            self._learn_next_due()
 
     def _on_tick(self) -> None:
         # A full batch means more may be waiting: claim again once acks free capacity.
         if self._starved:
-            self._poll_all(batch=True)
+            self._poll_all(batch=True, channels=list(self._starved))
 
     def _learn_next_due(self) -> None:
         """Ask the store when the next delayed job is due (engines whose wake-ups don't say)."""
         queues = sorted(self._active_queues())
         if queues and self.store is not None:
             when = self.store.next_due(queues)
-            if when is not None and when > time.time():
-                self._schedule_at(when)
+            if when is None:
+                return
+            if when <= time.time():
+                if self._starved:
+                    return  # a backlog: claims resume as slots free (see _on_tick)
+                when = time.time() + 0.005  # it fell due while we claimed: look again
+            self._schedule_at(when)
 
     def _remember_next_at(self, when: float) -> bool:
         """Keep the earliest future due time; True if ``when`` became it."""
@@ -220,6 +228,13 @@ class Transport(virtual.Transport):
         if self._remember_next_at(when) and self._loop is not None:
             self._loop.call_later(max(when - time.time(), 0) + 0.001, self._guarded(self._poll_due))
 
+    def _safety_poll(self) -> None:
+        """The slow re-poll behind the wake-ups: finds lapsed claims (which announce
+        nothing) and anything a lost notification missed, with one read when idle."""
+        queues = sorted(self._active_queues())
+        if queues and self.store is not None and self.store.has_due(queues):
+            self._poll_all()
+
     def _poll_due(self) -> None:
         """A delayed job fell due: claim it, then learn when the next one is due."""
         self._next_at = None
@@ -229,26 +244,34 @@ class Transport(virtual.Transport):
     def _active_queues(self) -> set[str]:
         return {q for ch in self.channels for q in ch._active_queues}
 
-    def on_batch(self, full: bool) -> None:
+    def on_batch(self, channel: Any, full: bool) -> None:
         """Called by a channel after each claim; a full batch leaves work behind."""
-        self._starved = full
+        if full:
+            self._starved.add(channel)
+        else:
+            self._starved.discard(channel)
 
-    def _poll_all(self, batch: bool = False) -> bool:
-        """Claim and deliver one batch on every consuming channel; True if any delivered.
+    def _poll_all(
+        self,
+        batch: bool = False,
+        channels: list[Any] | None = None,
+        only: set[str] | None = None,
+    ) -> bool:
+        """Claim and deliver one batch on each consuming channel; True if any delivered.
 
-        With ``batch``, a channel claims only once half its prefetch slots are free.
+        ``channels`` limits the channels, ``only`` to those consuming one of these
+        queues (the ones a wake-up named). With ``batch``, a channel claims only once
+        half its prefetch slots are free.
         """
-        self._starved = False
         delivered = False
-        for channel in list(self.channels):
-            if (
-                not channel._consumers
-                or not channel.qos.can_consume()
-                or (batch and not channel.wants_batch())
-            ):
-                if channel._consumers:
-                    self._starved = True
+        for channel in channels if channels is not None else list(self.channels):
+            if not channel._consumers or (only and not only.intersection(channel._active_queues)):
+                self._starved.discard(channel)
                 continue
+            if not channel.qos.can_consume() or (batch and not channel.wants_batch()):
+                self._starved.add(channel)
+                continue
+            self._starved.discard(channel)
             try:
                 channel._get_many(channel._active_queues)
                 delivered = True
