@@ -5,6 +5,7 @@ PostgreSQL is required: a test that needs it fails (never skips) when it is miss
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 import psycopg
 import pytest
 
-from kombu_alkstore.store import Store, open_store
+from kombu_alkstore.store import Store, close_all_stores, open_store
 
 PG_URL = os.environ.get("ALKSTORE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 ENGINES = ["postgresql", "sqlite"]
@@ -63,10 +64,11 @@ def _close_celery_apps():
     yield
     while helpers.APPS:
         app = helpers.APPS.pop()
-        try:
+        with contextlib.suppress(Exception):  # a broken connection has nothing to close
             app.close()
-        except Exception:  # a broken connection has nothing left to close
-            pass
+    # Whatever a test left open (stores, pools, LISTEN connections) goes now: the shared
+    # PostgreSQL allows a limited number of clients for the whole run.
+    close_all_stores()
 
 
 @pytest.fixture(params=ENGINES)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from typing import Any
 
 from sqlalchemy.engine import URL
@@ -46,6 +47,7 @@ __all__ = [
 ]
 
 _shared: dict[tuple, list] = {}  # key -> [store, references]
+_opened: weakref.WeakSet[Store] = weakref.WeakSet()
 _shared_lock = threading.Lock()
 
 
@@ -61,10 +63,28 @@ def open_store(url: str | URL | StoreURL, options: StoreOptions | None = None, *
         if parsed.engine == "postgresql":
             from .postgres import PostgresStore
 
-            return PostgresStore(parsed, opts)
-        from .sqlite import SQLiteStore
+            store: Store = PostgresStore(parsed, opts)
+        else:
+            from .sqlite import SQLiteStore
 
-        return SQLiteStore(parsed, opts)
+            store = SQLiteStore(parsed, opts)
+    _opened.add(store)
+    return store
+
+
+def close_all_stores() -> int:
+    """Close every store (and wake-up connection) this process opened and forget the
+    shared ones. For test suites, between tests; returns how many stores were open."""
+    with _shared_lock:
+        _shared.clear()
+    stores = list(_opened)
+    for store in stores:
+        store.close()
+    _opened.clear()
+    from .postgres import close_all_waiters
+
+    close_all_waiters()
+    return len(stores)
 
 
 def acquire_store(url: str | URL | StoreURL, options: StoreOptions) -> Store:

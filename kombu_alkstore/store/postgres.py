@@ -3,10 +3,12 @@ and ``LISTEN/NOTIFY`` wake-ups (payload: ``[run_at, queue]`` as JSON)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -511,11 +513,22 @@ class _Tick:
         return cur.rowcount == 1
 
 
+_waiters: weakref.WeakSet[PostgresWaiter] = weakref.WeakSet()
+
+
+def close_all_waiters() -> None:
+    """Close every LISTEN connection of this process (see ``close_all_stores``)."""
+    for waiter in list(_waiters):
+        with contextlib.suppress(Exception):
+            waiter.close()
+
+
 class PostgresWaiter(Waiter):
     """A dedicated autocommit connection LISTENing on the store's channel."""
 
     def __init__(self, conninfo: str, channel: str) -> None:
         self._conn = psycopg.connect(conninfo, autocommit=True)
+        _waiters.add(self)
         self._conn.execute(f'LISTEN "{channel}"')  # channel: from a validated identifier
         self._pid = os.getpid()
 
