@@ -16,7 +16,11 @@ kill_child
 terminate_backends (PostgreSQL)
     ``pg_terminate_backend`` on every client backend (workers, publisher, LISTEN sockets).
 restart_cluster (PostgreSQL)
-    stop the private cluster (``fast`` or ``immediate``: a crash), wait, start it again.
+    stop the private cluster (``pg_ctl stop -m fast``), wait, start it again.
+crash_cluster (PostgreSQL)
+    the same with ``-m immediate``: a server crash, with crash recovery at start. Claims,
+    acks and heartbeats commit asynchronously (``synchronous_commit=off``), so the last
+    fraction of a second of them may be undone: those messages are delivered again.
 kill_publisher
     SIGKILL to the publisher mid-send; it restarts and resends what it had not confirmed.
 
@@ -61,7 +65,15 @@ TASK = "tests.apps.proj.mark"
 SCHEMA = "soak"
 QUEUE = "celery"
 #: Fault kinds that can lose a claim (and so eat one delivery attempt).
-CLAIM_LOSING = ("kill_worker", "kill_child", "terminate_backends", "restart_cluster")
+CLAIM_LOSING = (
+    "kill_worker",
+    "kill_child",
+    "terminate_backends",
+    "restart_cluster",
+    "crash_cluster",
+)
+#: Faults that take the server down (at most one per ``Settings.restart_gap`` seconds).
+RESTARTS = ("restart_cluster", "crash_cluster")
 
 
 @dataclass
@@ -78,7 +90,9 @@ class Settings:
     backoff_base: float = 0.5
     settle_cap: float = 120.0
     fault_gap: tuple[float, float] = (1.0, 4.0)
+    restart_gap: float = 12.0
     keep: bool = False
+    loglevel: str = "WARNING"
 
 
 @dataclass
@@ -95,6 +109,8 @@ class Report:
     duplicates: int = 0
     redelivered: int = 0
     republished: int = 0
+    #: Redeliveries by the kind of the last claim-losing fault before the first run.
+    duplicate_causes: dict[str, int] = field(default_factory=dict)
     dead_letters: int = 0
     dead_explained: int = 0
     dead_unexplained: list[dict] = field(default_factory=list)
@@ -102,7 +118,10 @@ class Report:
     dead_requeued_ran: int = 0
     dead_detail: list[dict] = field(default_factory=list)
     leftover_rows: int = 0
+    leftover_detail: list[dict] = field(default_factory=list)
     unexpected_worker_exits: int = 0
+    #: Exit code and log tail of each worker that exited on its own.
+    crashes: list[dict] = field(default_factory=list)
     worker_log_tracebacks: int = 0
     lost_claim_warnings: int = 0
     refused_ack_warnings: int = 0
@@ -205,6 +224,7 @@ class Soak:
         self.workers: list[subprocess.Popen | None] = [None] * s.workers
         self.worker_gen = [0] * s.workers
         self.restart_at: dict[int, float] = {}
+        self.started_at: dict[int, float] = {}
         self.publisher: subprocess.Popen | None = None
         self.publisher_gen = 0
         self.publisher_restart_at: float | None = None
@@ -269,6 +289,7 @@ class Soak:
     # --------------------------------------------------------------------- workers
     def start_worker(self, k: int) -> None:
         self.worker_gen[k] += 1
+        self.started_at[k] = time.monotonic()
         name = f"soak{k}g{self.worker_gen[k]}@%h"
         log = open(self.dir / f"worker{k}.log", "ab")  # noqa: SIM115
         self.workers[k] = subprocess.Popen(
@@ -288,7 +309,7 @@ class Soak:
                 "--without-gossip",
                 "--without-mingle",
                 "--without-heartbeat",
-                "--loglevel=WARNING",
+                f"--loglevel={self.s.loglevel}",
             ],
             env=self.env(),
             stdout=log,
@@ -325,6 +346,10 @@ class Soak:
             if proc is not None and proc.poll() is not None:
                 # Not killed by us (we clear the slot when we kill): a crash.
                 self.report.unexpected_worker_exits += 1
+                log = (self.dir / f"worker{k}.log").read_text(errors="replace")
+                self.report.crashes.append(
+                    {"worker": k, "code": proc.returncode, "log_tail": log[-3000:]}
+                )
                 self.workers[k] = None
                 self.restart_at[k] = now
             if self.workers[k] is None and self.restart_at.get(k, 0) <= now:
@@ -351,7 +376,8 @@ class Soak:
                 ("kill_worker", 3),
                 ("kill_child", 2),
                 ("terminate_backends", 2),
-                ("restart_cluster", 2),
+                ("restart_cluster", 1),
+                ("crash_cluster", 1),
                 ("kill_publisher", 1),
             ]
         return [("kill_worker", 4), ("kill_child", 3), ("kill_publisher", 2)]
@@ -359,6 +385,7 @@ class Soak:
     def inject(self, kind: str) -> bool:
         """Inject one fault; False when there was nothing to break just now."""
         rnd = self.rnd
+        started = time.time()  # the fault's time is when it begins
         if kind == "kill_worker":
             alive = [k for k, p in enumerate(self.workers) if p is not None]
             if not alive:
@@ -369,7 +396,14 @@ class Soak:
             _kill_group(proc)
             self.restart_at[k] = time.monotonic() + rnd.uniform(0.2, 2.0)
         elif kind == "kill_child":
-            alive = [p for p in self.workers if p is not None]
+            # Only workers past start-up: a child killed while the pool starts makes Celery
+            # give up ("Could not start worker processes"), a Celery start-up matter.
+            settled = time.monotonic() - 5.0
+            alive = [
+                p
+                for k, p in enumerate(self.workers)
+                if p is not None and self.started_at.get(k, 0) <= settled
+            ]
             children = [c for p in alive for c in _children(p.pid)]
             if not children:
                 return False
@@ -380,9 +414,8 @@ class Soak:
                 self.report.backends_terminated += self.cluster.terminate_backends()
             except Exception:
                 return False
-        elif kind == "restart_cluster":
-            mode = rnd.choice(["fast", "immediate"])
-            self.cluster.stop(mode)
+        elif kind in RESTARTS:
+            self.cluster.stop("fast" if kind == "restart_cluster" else "immediate")
             time.sleep(rnd.uniform(0.5, 2.0))
             self.cluster.start()
         elif kind == "kill_publisher":
@@ -391,7 +424,7 @@ class Soak:
             pub, self.publisher = self.publisher, None
             _kill_group(pub)
             self.publisher_restart_at = time.monotonic() + rnd.uniform(0.2, 1.0)
-        self.events.append((time.time(), kind))
+        self.events.append((started, kind))
         self.report.events = self.events
         self.report.faults[kind] = self.report.faults.get(kind, 0) + 1
         return True
@@ -409,12 +442,14 @@ class Soak:
             if time.monotonic() >= next_fault:
                 # Every kind once (in a random order) first, then at random by weight.
                 kind = first.pop() if first else self.rnd.choices(kinds, weights)[0]
-                if kind == "restart_cluster" and time.monotonic() - last_restart < 12:
+                if kind in RESTARTS and time.monotonic() - last_restart < self.s.restart_gap:
+                    if not self.report.faults.get(kind):
+                        first.insert(0, kind)  # its first time: try again later
                     kind = "terminate_backends"
                 if kind == "kill_publisher" and self.publisher_done:
                     kind = "kill_worker"
                 injected = self.inject(kind)
-                if injected and kind == "restart_cluster":
+                if injected and kind in RESTARTS:
                     last_restart = time.monotonic()
                 elif not injected and kind not in first and not self.report.faults.get(kind):
                     first.append(kind)  # nothing to break just now: try that kind again
@@ -426,6 +461,12 @@ class Soak:
         if not self.record.exists():
             return []
         return [ln.split("\t")[0] for ln in self.record.read_text().splitlines() if ln]
+
+    def record_times(self) -> list[tuple[str, float]]:
+        if not self.record.exists():
+            return []
+        lines = [ln.split("\t") for ln in self.record.read_text().splitlines() if ln]
+        return [(f[0], float(f[2])) for f in lines]
 
     def dead_rows(self) -> list[dict]:
         from kombu.utils.json import loads
@@ -486,6 +527,17 @@ class Soak:
         for key in per_key:
             per_task[int(key.split(".")[0])].add(key)
         r.redelivered = sum(n - 1 for n in per_key.values())
+        # Each rerun is put down to the last claim-losing fault before the first run ended
+        # (the run whose ack was lost); "none" would be a rerun no fault explains.
+        runs: dict[str, list[float]] = collections.defaultdict(list)
+        for key, when in self.record_times():
+            runs[key].append(when)
+        causes: collections.Counter[str] = collections.Counter()
+        for times in runs.values():
+            for when in sorted(times)[:-1]:
+                before = [(t, k) for t, k in self.events if k in CLAIM_LOSING and t <= when + 1]
+                causes[max(before)[1] if before else "none"] += 1
+        r.duplicate_causes = dict(causes)
         r.republished = sum(len(ks) - 1 for ks in per_task.values())
         r.duplicates = r.redelivered + r.republished
         dead = self.dead_rows()
@@ -542,9 +594,32 @@ class Soak:
         counts = {c.queue: c for c in self.store.counts([QUEUE])}
         c = counts.get(QUEUE)
         self.report.leftover_rows = (c.pending + c.delayed + c.processing) if c else 0
+        detail = []
+        if self.report.leftover_rows:
+            jobs = self.store.tables.qualified(self.store.tables.jobs)
+            sql = (
+                f"SELECT id, msg_id, state, attempts, max_attempts, run_at, deadline "
+                f"FROM {jobs} WHERE queue = 'celery'"
+            )
+            detail = [
+                dict(zip(("id", "msg_id", "state", "attempts", "max_attempts"), r[:5], strict=True))
+                | {"run_at_in": r[5] - time.time(), "deadline_in": (r[6] or 0) - time.time()}
+                for r in self._query(sql)
+            ]
+        self.report.leftover_detail = detail
         if self.s.engine == "sqlite":
             with contextlib.closing(sqlite3.connect(self.dir / "soak.db")) as conn:
                 self.report.integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
+
+    def _query(self, sql: str) -> list[tuple]:
+        """A read straight on the database (for the report only)."""
+        if self.s.engine == "sqlite":
+            with contextlib.closing(sqlite3.connect(self.dir / "soak.db")) as conn:
+                return conn.execute(sql).fetchall()
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            return conn.execute(sql).fetchall()
 
     # ------------------------------------------------------------------------- run
     def run(self) -> Report:
@@ -590,7 +665,10 @@ def summary(r: Report) -> str:
         f"   faults injected: {sum(r.faults.values())} ({faults})"
         + (f"; {r.backends_terminated} backends terminated" if r.backends_terminated else ""),
         f"   ran: {r.ran}/{r.tasks}   lost: {r.lost}" + (f" {r.lost_keys}" if r.lost_keys else ""),
-        f"   duplicates: {r.duplicates} (redelivered {r.redelivered}, republished {r.republished})",
+        f"   duplicates: {r.duplicates} (redelivered {r.redelivered}, republished "
+        f"{r.republished}; reruns after: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(r.duplicate_causes.items())) or "-")
+        + ")",
         f"   dead letters: {r.dead_letters} (explained {r.dead_explained}, unexplained "
         f"{len(r.dead_unexplained)}, never ran before dying {r.dead_never_ran}, requeued and "
         f"ran {r.dead_requeued_ran})",
@@ -602,6 +680,8 @@ def summary(r: Report) -> str:
         + (f"; integrity_check: {r.integrity}" if r.engine == "sqlite" else ""),
         f"   verdict: {'OK' if r.ok else 'FAILED'}",
     ]
+    for d in r.leftover_detail[:10]:
+        lines.append(f"   left in the queue: {d}")
     for d in r.dead_unexplained[:10]:
         lines.append(f"   unexplained dead letter: {d}")
     return "\n".join(lines)
@@ -624,6 +704,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--json", type=Path, default=None, help="write the reports here")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--loglevel", default="WARNING", help="the workers' log level")
     args = p.parse_args(argv)
     if args.tasks is not None and args.tasks < 1:
         p.error("--tasks must be at least 1")
@@ -655,11 +736,13 @@ def main(argv: list[str] | None = None) -> int:
             keep=args.keep,
             max_attempts=args.max_attempts,
             visibility_timeout=args.visibility_timeout,
+            loglevel=args.loglevel,
+            restart_gap=6.0 if args.short else 12.0,
         )
         report = Soak(s, work).run()
         reports.append(report)
         print(summary(report), flush=True)
-        if args.keep or not report.ok:
+        if args.keep or not report.ok or report.crashes:
             print(f"   work directory kept: {work}", flush=True)
         else:
             import shutil

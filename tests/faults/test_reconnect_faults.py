@@ -16,12 +16,19 @@ from tests.helpers import make_app, read_record, wait_for, worker_process
 from tests.private_pg import private_cluster
 
 
+def _keys(record) -> list[str]:
+    return sorted(r[0] for r in read_record(record))
+
+
 @pytest.mark.timeout(120)
-def test_task_running_across_a_server_restart_runs_once(tmp_path):
+def test_tasks_running_across_a_server_restart_complete(tmp_path):
+    """Tasks running (acks_late) while the server restarts: each completes at least once,
+    and the worker goes on. A rerun is allowed (at-least-once, as AMQP redelivers unacked
+    messages on a lost connection); a lost or stranded task is not."""
     record = tmp_path / "record.tsv"
     with private_cluster() as cluster:
         target = Target("postgresql", cluster.url, "alk")
-        opts = dict(target.transport_options, polling_interval=1.0, max_attempts=1)
+        opts = dict(target.transport_options, polling_interval=1.0)
         app = make_app(target, transport_options=opts)
         env = {"ALKSTORE_TEST_OPTIONS": json.dumps(opts), "ALKSTORE_TEST_ACKS_LATE": "1"}
         with worker_process(target, record, "-c", "2", "-P", "prefork", **env):
@@ -35,11 +42,41 @@ def test_task_running_across_a_server_restart_runs_once(tmp_path):
             cluster.start()
             app = make_app(target, transport_options=opts)
             app.send_task("tests.apps.proj.mark", ("after",))
-            wait_for(lambda: any(r[0] == "after" for r in read_record(record)), 60)
-            time.sleep(6)  # room for a redelivery to run
-        keys = sorted(r[0] for r in read_record(record))
-    # At-least-once allows a rerun; a claim that is still valid should not be given up.
-    assert keys == ["after", "long0", "long1", "warm"], keys
+            wanted = {"after", "long0", "long1", "warm"}
+            wait_for(lambda: set(_keys(record)) >= wanted, 60, interval=0.5)
+        with target.open() as store:
+            wait_for(lambda: store.counts(["celery"])[0].processing == 0, 10)
+            assert store.dead_list() == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug (from the fix in 4ad8464): after a lost connection QoS.restore_unacked hands "
+    "nothing back and the process-wide held dict keeps every claim heartbeated by the next "
+    "connection; but Celery drops its prefetched (reserved, not started) requests on a lost "
+    "connection, so those claims are never acked, never lapse while the worker lives, and "
+    "the tasks never run: stranded in 'processing'",
+)
+def test_prefetched_messages_are_not_stranded_by_a_lost_connection(tmp_path):
+    record = tmp_path / "record.tsv"
+    with private_cluster() as cluster:
+        target = Target("postgresql", cluster.url, "alk")
+        opts = dict(target.transport_options, polling_interval=1.0)
+        app = make_app(target, transport_options=opts)
+        env = {"ALKSTORE_TEST_OPTIONS": json.dumps(opts), "ALKSTORE_TEST_ACKS_LATE": "1"}
+        with worker_process(target, record, "-c", "1", "-P", "prefork", **env):
+            app.send_task("tests.apps.proj.mark", ("warm",))
+            wait_for(lambda: len(read_record(record)) == 1, 40)
+            # One slot: 'long' runs, the short ones wait in the worker's prefetch.
+            app.send_task("tests.apps.proj.mark", ("long", 5.0))
+            for i in range(3):
+                app.send_task("tests.apps.proj.mark", (f"short{i}",))
+            time.sleep(1.5)
+            assert cluster.terminate_backends() > 0
+            wanted = {"warm", "long", "short0", "short1", "short2"}
+            # Well within the default visibility timeout (300 s): nothing may wait for it.
+            wait_for(lambda: set(_keys(record)) >= wanted, 25, interval=0.5)
 
 
 @pytest.mark.timeout(120)

@@ -1,8 +1,8 @@
 """The short soak (``benchmarks/soak.py --short``) in CI, one engine per test.
 
 Workers are SIGKILLed mid-claim, mid-task and mid-ack, pool children killed, PostgreSQL
-backends terminated and a private PostgreSQL cluster restarted, the publisher killed
-mid-send: no task may be lost, and every dead letter must be explained by the faults.
+backends terminated and a private PostgreSQL cluster restarted and crashed, the publisher
+killed mid-send: no task may be lost, and every dead letter must be explained by the faults.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def test_short_soak_loses_nothing(engine, tmp_path):
     # Faults were really injected, of every kind the engine has.
     kinds = {"kill_worker", "kill_child"}
     if engine == "pg":
-        kinds |= {"terminate_backends", "restart_cluster"}
+        kinds |= {"terminate_backends", "restart_cluster", "crash_cluster"}
     assert kinds <= set(report["faults"]), summary
     assert sum(report["faults"].values()) >= 5, summary
     # Nothing lost: every task ran, or sits in the dead letters for a reason.
