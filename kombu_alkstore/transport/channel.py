@@ -69,8 +69,8 @@ def _connection_errors() -> tuple[type[BaseException], ...]:
 class QoS(virtual.QoS):
     """Unacked messages go back as the SAME rows (attempt refunded), never as copies.
 
-    Not after a lost connection: tasks may still be running (acks_late), so their claims
-    are kept, heartbeated by the next connection, and acked late if they finish.
+    Not after a lost connection: tasks may still be running (acks_late) and can ack late
+    within their deadline; the other claims lapse after one visibility timeout.
     """
 
     def restore_unacked(self) -> list:

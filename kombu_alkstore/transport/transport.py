@@ -62,8 +62,10 @@ class Transport(virtual.Transport):
         self.store: Store | None = None
         self.routing: RoutingCache | None = None
         self.waiter: Waiter | None = None
-        #: Every message this process holds unacked on this store, by delivery tag
-        #: (shared by its connections: one that replaces a lost one keeps them alive).
+        #: Every message this connection holds unacked, by delivery tag. After a lost
+        #: connection they are neither handed back nor heartbeated any more: a task still
+        #: running can ack late within its deadline, the rest come back after one
+        #: visibility timeout.
         self.held: dict[str, Any] = {}
         #: Set once a connection error was seen: no hand-back through a dead link.
         self.lost = False
@@ -94,7 +96,6 @@ class Transport(virtual.Transport):
         if self.store is None:
             self.store = acquire_store(self.store_url, self.store_options)
             self.routing = RoutingCache.for_store(self.store)
-            self.held = _shared_held(self.store)
         try:
             self.store.ping()  # reusing an open store must still prove the database is up
         except self.connection_errors:
@@ -397,13 +398,6 @@ class AckBuffer:
                     d.id,
                     d.queue,
                 )
-
-
-def _shared_held(store: Store) -> dict[str, Any]:
-    held = getattr(store, "_transport_held", None)
-    if held is None:
-        held = store._transport_held = {}  # type: ignore[attr-defined]
-    return held
 
 
 def fd_less(waiter: Waiter) -> bool:
