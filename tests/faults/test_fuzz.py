@@ -5,11 +5,12 @@ headers, content types, priorities (in and out of range), queue/exchange/routing
 (empty, huge, quotes, NUL, unicode, surrogates) and options (queue TTL and expiry, message
 expiration) through kombu to the transport. Each example is either delivered intact (a
 ``SimpleQueue`` round trip compares body, headers, content type and priority), expired as
-its options asked, or refused with a ``ValueError`` (``ConfigurationError`` for what the
-transport checks, naming the value). After each example the tables hold no half-written
-row: every row of ``jobs`` and ``dead`` has its queue and body, and the body decodes as a
-message envelope. A real worker keeps running while garbage is published (undecodable
-messages are dead-lettered), and malformed URLs and option values give one clear line.
+its options asked, or refused with a ``ConfigurationError`` naming the value (or kombu's
+own ``UnicodeEncodeError`` for a text body with a lone surrogate). After each example the
+tables hold no half-written row: every row of ``jobs`` and ``dead`` has its queue and
+body, and the body decodes as a message envelope. A real worker keeps running while
+garbage is published (undecodable messages are dead-lettered), and malformed URLs and
+option values give one clear line.
 
 ``ALKSTORE_FUZZ_EXAMPLES`` scales the number of examples (default sized for CI).
 """
