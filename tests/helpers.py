@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -93,14 +94,10 @@ def worker_process(
 
 def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
     """Kill a subprocess and everything in its session."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def read_record(record: Path) -> list[list[str]]:
