@@ -18,6 +18,7 @@ from celery import Celery
 from celery.schedules import crontab
 
 import kombu_alkstore  # noqa: F401  (registers the alkstore+ URL scheme)
+from tests.apps.record import record
 
 app = Celery(
     "beatproj", broker=os.environ.get("ALKSTORE_TEST_BROKER", "alkstore+sqlite:///beatproj.db")
@@ -41,17 +42,6 @@ app.conf.update(
     worker_prefetch_multiplier=4,
     broker_connection_retry_on_startup=True,
 )
-RECORD = os.environ.get("ALKSTORE_TEST_RECORD", "")
-
-
-def record(*fields: object) -> None:
-    """Append one line (atomic with O_APPEND) to the record file."""
-    line = "\t".join(str(f) for f in fields) + "\n"
-    fd = os.open(RECORD, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
 
 
 @app.task(bind=True)

@@ -17,6 +17,7 @@ from celery import Celery
 from celery.exceptions import Reject
 
 import kombu_alkstore  # noqa: F401  (registers the alkstore+ URL scheme)
+from tests.apps.record import record
 
 app = Celery("proj", broker=os.environ.get("ALKSTORE_TEST_BROKER", "alkstore+sqlite:///proj.db"))
 options = {"schema": os.environ.get("ALKSTORE_TEST_SCHEMA", "alkstore")}
@@ -29,17 +30,6 @@ app.conf.update(
     worker_hijack_root_logger=False,
     broker_connection_retry_on_startup=True,
 )
-RECORD = os.environ.get("ALKSTORE_TEST_RECORD", "")
-
-
-def record(*fields: object) -> None:
-    """Append one line (atomic with O_APPEND) to the record file."""
-    line = "\t".join(str(f) for f in fields) + "\n"
-    fd = os.open(RECORD, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
 
 
 @app.task(bind=True)
