@@ -28,6 +28,7 @@ RABBIT_URL = os.environ.get("ALKSTORE_BENCH_AMQP", "pyamqp://guest:guest@127.0.0
 #: Every broker the harness knows, in the order one repetition runs them.
 ALL_BROKERS = [
     "alkstore-postgresql",
+    "alkstore-postgresql-pipelined",
     "alkstore-postgresql-nosync",
     "alkstore-sqlite",
     "redis",
@@ -39,6 +40,13 @@ ALL_BROKERS = [
 QUICK_BROKERS = ["alkstore-sqlite", "alkstore-postgresql"]
 #: The libpq setting the "-nosync" variant's publishing client connects with.
 NOSYNC_URL_OPTION = "options=" + quote("-csynchronous_commit=off", safe="")
+#: alkstore-postgresql variants that only publish (no worker): their client's options.
+PIPELINED_OPTIONS = {"confirm_publish": False}
+
+
+def publish_only(broker: str) -> bool:
+    """A variant measured on publish alone (the -nosync and -pipelined publishers)."""
+    return base_name(broker).endswith(("-nosync", "-pipelined"))
 
 
 @dataclass
@@ -52,7 +60,7 @@ class Place:
     client_options: dict | None = None
     schema: str | None = None  # alkstore on PostgreSQL: the private schema
     database: str | None = None  # a private PostgreSQL database (sqla, pgmq)
-    #: Only these phases make sense (the -nosync variant only publishes).
+    #: Only these phases make sense (the publish-only variants: see publish_only).
     phases: frozenset[str] = frozenset({"publish", "drain", "latency", "idle"})
     cleanups: list[Callable[[], None]] = field(default_factory=list)
 
@@ -120,13 +128,16 @@ def make_place(broker: str, workdir: Path, nosync_options: dict | None = None) -
     """A fresh, private place for ``broker``; its cleanups are registered as they are made."""
     tag = uuid.uuid4().hex[:10]
     name = base_name(broker)
-    if name in ("alkstore-postgresql", "alkstore-postgresql-nosync"):
+    if name.startswith("alkstore-postgresql"):
         schema = f"bench_{tag}"
         url = "alkstore+" + PG_URL
         place = Place(broker, url, url, {"schema": schema}, schema=schema)
         place.cleanups.append(lambda: drop_schema(schema))
-        if name.endswith("-nosync"):
+        if publish_only(name):
             place.phases = frozenset({"publish"})
+        if name.endswith("-pipelined"):  # durable commits, confirmed after return
+            place.client_options = {"schema": schema, **PIPELINED_OPTIONS}
+        elif name.endswith("-nosync"):
             if nosync_options:  # the store's own knob, when it has one
                 place.client_options = {"schema": schema, **nosync_options}
             else:  # what a user can do today: the publisher's libpq options

@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from .brokers import ALL_BROKERS, QUICK_BROKERS, base_name
+from .brokers import ALL_BROKERS, QUICK_BROKERS, base_name, publish_only
 from .procs import POOLS, WORKER_FLAGS
 from .report import Results, chart, generated_block, write_markdown
 from .session import SCALING, SEND_INTERVAL, Config, Outcome, log, run_scaling, run_session
@@ -152,15 +152,22 @@ def store_nosync_option() -> dict | None:
         from kombu_alkstore.store.options import StoreOptions
     except ImportError:
         return None
-    if "durable_publish" in StoreOptions.names():
-        return {"durable_publish": False}
-    return None
+    names = StoreOptions.names()
+    if "durable_publish" not in names:
+        return None
+    fastest = {"durable_publish": False}
+    if "confirm_publish" in names:
+        fastest["confirm_publish"] = False
+    return fastest
 
 
 def nosync_text(cfg: Config) -> str:
     if cfg.nosync_options:
         opts = ", ".join(f"{k}={v}" for k, v in cfg.nosync_options.items())
-        return f"alkstore-postgresql-nosync publishes with transport option(s) {opts}."
+        return (
+            f"alkstore-postgresql-nosync publishes with transport option(s) {opts}; "
+            "alkstore-postgresql-pipelined with confirm_publish=False (durable commits)."
+        )
     return "alkstore-postgresql-nosync publishes through libpq options=-csynchronous_commit=off."
 
 
@@ -265,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for rep in range(1, reps + 1):
                 for broker in [] if args.scaling_only else brokers:
-                    # The -nosync variant only publishes: one session per repetition.
-                    single = base_name(broker).endswith("-nosync") or args.publish_only
+                    # Publish-only variants: one session per repetition.
+                    single = publish_only(broker) or args.publish_only
                     for pool in pools[:1] if single else pools:
                         outcomes.append(run_session(broker, pool, rep, cfg, workdir))
                 if scaling:

@@ -282,6 +282,14 @@ class Store(abc.ABC):
             return []
         return self._insert(checked)
 
+    def publish(self, jobs: Sequence[NewJob]) -> None:
+        """Enqueue for a producer: :meth:`enqueue_many`, except that an engine may
+        return before the commit is confirmed when ``confirm_publish`` is off."""
+        self.enqueue_many(jobs)
+
+    def flush_publishes(self) -> None:  # noqa: B027 - engines that confirm as they publish
+        """Wait until every publish of this process is confirmed (see :meth:`publish`)."""
+
     @abc.abstractmethod
     def _insert(self, jobs: list[NewJob]) -> list[int]: ...
 

@@ -36,6 +36,11 @@ class StoreOptions:
     #: PostgreSQL: publishes wait for the WAL flush. Off: ``synchronous_commit=off`` for
     #: publishes too, faster, but a database crash may lose the last moments of publishes.
     durable_publish: bool = True
+    #: PostgreSQL: a publish returns once its commit is confirmed. Off: publishes are
+    #: pipelined and confirmed later (see ``store/pipeline.py``), as RabbitMQ without
+    #: publisher confirms: much faster, but a publisher killed within a round trip of
+    #: a publish can lose it.
+    confirm_publish: bool = True
     #: Create the tables on connect; turn off where the role may not create tables.
     setup: bool = True
     #: SQLite: how long a writer waits for the lock, in seconds.

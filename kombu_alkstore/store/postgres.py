@@ -33,6 +33,7 @@ from .base import (
     check_queue_args,
 )
 from .options import StoreOptions, StoreURL, check_text_params, validate_name
+from .pipeline import PipelinedPublisher
 from .schema import SCHEMA_VERSION
 
 T = TypeVar("T")
@@ -112,6 +113,7 @@ class PostgresStore(Store):
         # ``durable_publish`` is off.
         self._fast = self._new_pool("fast", {"options": "-c synchronous_commit=off"})
         self._fast_keys = set(_FAST_KEYS)
+        self._publisher: PipelinedPublisher | None = None
         if not options.durable_publish:
             self._fast_keys.add("insert")
 
@@ -176,6 +178,8 @@ class PostgresStore(Store):
 
     def close(self) -> None:
         if os.getpid() == self._pid:  # a forked child must not close its parent's sockets
+            if self._publisher is not None:
+                self._publisher.close()
             self._pool.close()
             self._fast.close()
 
@@ -208,27 +212,29 @@ class PostgresStore(Store):
             return self._stored_version(conn)
 
     # ------------------------------------------------------------------- enqueue
-    def _insert(self, jobs: list[NewJob]) -> list[int]:
+    def _insert_params(self, j: NewJob) -> dict[str, Any]:
         o = self.options
-        params = [
-            {
-                "queue": j.queue,
-                "msg_id": j.msg_id,
-                "body": bytes(j.body),
-                "priority": j.priority,
-                "run_at": j.run_at,
-                "delay": j.delay,
-                "expires_at": j.expires_at,
-                "vt": j.visibility_timeout,
-                "ma": j.max_attempts,
-                "bb": j.backoff_base,
-                "d_vt": o.visibility_timeout,
-                "d_ma": o.max_attempts,
-                "d_bb": o.backoff_base,
-                "channel": self.channel,
-            }
-            for j in jobs
-        ]
+        return {
+            "queue": j.queue,
+            "msg_id": j.msg_id,
+            "body": bytes(j.body),
+            "priority": j.priority,
+            "run_at": j.run_at,
+            "delay": j.delay,
+            "expires_at": j.expires_at,
+            "vt": j.visibility_timeout,
+            "ma": j.max_attempts,
+            "bb": j.backoff_base,
+            "d_vt": o.visibility_timeout,
+            "d_ma": o.max_attempts,
+            "d_bb": o.backoff_base,
+            "channel": self.channel,
+        }
+
+    def _insert(self, jobs: list[NewJob]) -> list[int]:
+        return self._insert_rows([self._insert_params(j) for j in jobs])
+
+    def _insert_rows(self, params: list[dict[str, Any]]) -> list[int]:
         if len(params) == 1:
             return [
                 self._with_conn(
@@ -246,6 +252,30 @@ class PostgresStore(Store):
                         return ids
 
         return self._with_conn(insert_all, "insert")
+
+    def publish(self, jobs: Sequence[NewJob]) -> None:
+        if self.options.confirm_publish or AMBIENT.get() is not None:
+            self.enqueue_many(jobs)
+            return
+        checked = [job.checked() for job in jobs]
+        if checked:
+            self._pipelined().send([self._insert_params(j) for j in checked])
+
+    def flush_publishes(self) -> None:
+        if self._publisher is not None:
+            self._publisher.flush()
+
+    def _pipelined(self) -> PipelinedPublisher:
+        if self._publisher is None:
+            extra = {} if self.options.durable_publish else {"options": "-c synchronous_commit=off"}
+            self._publisher = PipelinedPublisher(
+                lambda: psycopg.connect(
+                    self.url.conninfo, autocommit=True, connect_timeout=10, **extra
+                ),
+                self._sql["insert"],
+                self._insert_rows,
+            )
+        return self._publisher
 
     # --------------------------------------------------------------------- claim
     def claim(self, queues: Sequence[str], limit: int = 1) -> list[Delivery]:

@@ -97,12 +97,12 @@ class Channel(virtual.Channel):
 
     # ----------------------------------------------------------------- publish
     def _put(self, queue: str, message: dict, **kwargs: Any) -> None:
-        self.store.enqueue_many([to_job(queue, message)])
+        self.store.publish([to_job(queue, message)])
 
     def _put_fanout(self, exchange: str, message: dict, routing_key: str, **kwargs: Any) -> None:
         queues = sorted({q for _, _, q in self.get_table(exchange)})
         if queues:
-            self.store.enqueue_many([to_job(q, message) for q in queues])
+            self.store.publish([to_job(q, message) for q in queues])
 
     def _lookup(self, exchange: str, routing_key: str, default: Any = None) -> list[str]:
         found = super()._lookup(exchange, routing_key, default)

@@ -18,7 +18,6 @@ _FOREIGN = frozenset(
         "interval_max",
         "body_encoding",
         "deadletter_queue",
-        "confirm_publish",
         "client_properties",
     }
 )

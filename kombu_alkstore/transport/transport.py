@@ -118,6 +118,10 @@ class Transport(virtual.Transport):
                 self.waiter.close()
             self.waiter = None
         if self.store is not None:
+            try:
+                self.store.flush_publishes()
+            except Exception as exc:  # closing must not raise; they stay queued to re-send
+                logger.warning("alkstore: publishes not confirmed at close: %r", exc)
             release_store(self.store)
             self.store = None
 

@@ -115,6 +115,23 @@ def test_enqueue_many_returns_ids_in_order(store):
     assert [d.body for d in got] == [j.body for j in jobs]
 
 
+@pytest.mark.parametrize("confirm", [True, False], ids=["confirmed", "pipelined"])
+def test_publish_then_flush_lands_every_job_in_order(opener, confirm):
+    s = opener(confirm_publish=confirm)
+    jobs = [NewJob("q", f"body-{i}".encode(), msg_id=f"m{i}") for i in range(300)]
+    for job in jobs[:-2]:
+        s.publish([job])
+    s.publish(jobs[-2:])  # a fanout's jobs: one publish
+    s.flush_publishes()
+    got = s.claim(["q"], 1000)
+    assert [d.body for d in got] == [j.body for j in jobs]
+    s.publish([])
+    with pytest.raises(ConfigurationError, match="queue name must not be empty"):
+        s.publish([NewJob("", b"x")])
+    s.flush_publishes()
+    assert s.size("q") == 0
+
+
 def test_enqueue_fields_are_stored(store):
     t0 = time.time()
     jid = store.enqueue("q", b"x", priority=7, expires_at=t0 + 100, msg_id="task-1")
