@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import select
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -114,6 +115,7 @@ class PostgresStore(Store):
         self._fast = self._new_pool("fast", {"options": "-c synchronous_commit=off"})
         self._fast_keys = set(_FAST_KEYS)
         self._publisher: PipelinedPublisher | None = None
+        self._publisher_lock = threading.Lock()
         if not options.durable_publish:
             self._fast_keys.add("insert")
 
@@ -266,15 +268,18 @@ class PostgresStore(Store):
             self._publisher.flush()
 
     def _pipelined(self) -> PipelinedPublisher:
-        if self._publisher is None:
-            extra = {} if self.options.durable_publish else {"options": "-c synchronous_commit=off"}
-            self._publisher = PipelinedPublisher(
-                lambda: psycopg.connect(
-                    self.url.conninfo, autocommit=True, connect_timeout=10, **extra
-                ),
-                self._sql["insert"],
-                self._insert_rows,
-            )
+        with self._publisher_lock:
+            return self._publisher or self._new_publisher()
+
+    def _new_publisher(self) -> PipelinedPublisher:
+        extra = {} if self.options.durable_publish else {"options": "-c synchronous_commit=off"}
+        self._publisher = PipelinedPublisher(
+            lambda: psycopg.connect(
+                self.url.conninfo, autocommit=True, connect_timeout=10, **extra
+            ),
+            self._sql["insert"],
+            self._insert_rows,
+        )
         return self._publisher
 
     # --------------------------------------------------------------------- claim

@@ -31,6 +31,22 @@ def test_roundtrip_200_tasks_with_args_kwargs_and_rpc_results(target):
         assert [c for c in store.counts(["celery"]) if c.pending or c.processing] == []
 
 
+def test_pipelined_publishes_and_results_roundtrip(target):
+    """confirm_publish=False: the client's and the worker's (rpc result) publishes are
+    pipelined on PostgreSQL (a no-op on SQLite); every task runs once, every result returns."""
+    app = make_app(target, transport_options={"confirm_publish": False})
+
+    @app.task(shared=False)
+    def square(i):
+        return i * i
+
+    with thread_worker(app):
+        results = [square.delay(i) for i in range(300)]
+        assert [r.get(timeout=30) for r in results] == [i * i for i in range(300)]
+    with target.open() as store:
+        assert [c for c in store.counts(["celery"]) if c.pending or c.processing] == []
+
+
 def test_countdown_tasks_run_once_on_time_with_short_visibility(target):
     app = make_app(target, transport_options={"visibility_timeout": 2})
     runs: list[tuple[int, float]] = []
