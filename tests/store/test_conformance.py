@@ -1098,6 +1098,16 @@ def test_next_due(store):
     store.enqueue("q", b"now")
     claim_one(store)  # processing jobs do not count
     assert store.next_due(["q"]) == pytest.approx(t0 + 100)
+    # Across priorities (each one's earliest counts), expired and processing jobs not.
+    store.enqueue("p", b"high-late", priority=9, run_at=t0 + 300)
+    store.enqueue("p", b"low-soon", priority=1, run_at=t0 + 70)
+    store.enqueue("p", b"mid", priority=5, run_at=t0 + 80)
+    store.enqueue("p", b"expired", priority=5, run_at=t0 + 10, expires_at=t0 - 1)
+    assert store.next_due(["p"]) == pytest.approx(t0 + 70)
+    store.enqueue("p", b"top-now", priority=200)
+    claim_one(store, "p")
+    assert store.next_due(["p"]) == pytest.approx(t0 + 70)
+    assert store.next_due(["p", "q", "other", "empty"]) == pytest.approx(t0 + 50)
 
 
 def test_bad_names_for_routing_are_refused(store):
