@@ -277,8 +277,10 @@ def main(argv: list[str] | None = None) -> int:
                     for pool in pools[:1] if single else pools:
                         outcomes.append(run_session(broker, pool, rep, cfg, workdir))
                 if scaling:
-                    for variant in SCALING:
-                        outcomes.append(run_scaling(variant, rep, cfg, workdir))
+                    revs = [b for b in brokers if b.startswith("alkstore-postgresql@")]
+                    for broker in ["alkstore-postgresql", *revs]:
+                        for variant in SCALING:
+                            outcomes.append(run_scaling(variant, rep, cfg, workdir, broker))
         except KeyboardInterrupt:
             log("interrupted: reporting what was measured")
 

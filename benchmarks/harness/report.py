@@ -94,12 +94,14 @@ def scaling_table(r: Results) -> str:
     rows = r.scale_rows()
     if not rows:
         return ""
-    ref = r.median(rows[0], "prefork", "drain")
     lines = [
-        "| alkstore-postgresql, prefork 2 | drain/s | vs the first row |",
+        "| alkstore-postgresql, prefork 2 | drain/s | vs the first row of its revision |",
         "|---|---:|---:|",
     ]
+    firsts: dict[str, str] = {}  # revision suffix ("" or " @REV") -> its first row
     for b in rows:
+        suffix = b[b.index(" @") :] if " @" in b else ""
+        ref = r.median(firsts.setdefault(suffix, b), "prefork", "drain")
         s = r.stat(b, "prefork", "drain")
         ratio = f"{s.median / ref:.2f}×" if s and ref else "—"
         lines.append(f"| {b.removeprefix('scale: ')} | {_cell(s, 0)} | {ratio} |")
@@ -225,7 +227,7 @@ def targets(r: Results, pools: list[str]) -> list[Target]:
                 "of 0.2/s",
             )
         )
-    rows = r.scale_rows()
+    rows = [b for b in r.scale_rows() if " @" not in b]  # targets: this revision's rows
     if len(rows) >= 3:
         small, large, dead = (r.median(b, "prefork", "drain") for b in rows[:3])
         add(

@@ -404,12 +404,14 @@ def fill(schema: str, pending: int, dead: int) -> float:
     return time.monotonic() - t0
 
 
-def run_scaling(variant: str, rep: int, cfg: Config, workdir: Path) -> Outcome:
-    """Drain rate of alkstore-postgresql (prefork 2) over ``scale_tasks`` tasks of a table
-    filled server-side to the variant's size."""
-    broker = "alkstore-postgresql"
-    out = Outcome(f"scale: {scale_label(variant, cfg)}", "prefork", rep)
-    tag = f"scale-{variant}-r{rep}-{uuid.uuid4().hex[:6]}"
+def run_scaling(
+    variant: str, rep: int, cfg: Config, workdir: Path, broker: str = "alkstore-postgresql"
+) -> Outcome:
+    """Drain rate of alkstore-postgresql (or ``alkstore-postgresql@REV``; prefork 2) over
+    ``scale_tasks`` tasks of a table filled server-side to the variant's size."""
+    suffix = f" @{broker.split('@', 1)[1]}" if "@" in broker else ""
+    out = Outcome(f"scale: {scale_label(variant, cfg)}{suffix}", "prefork", rep)
+    tag = f"scale-{variant}{suffix.replace(' @', '-')}-r{rep}-{uuid.uuid4().hex[:6]}"
     record, logfile = workdir / f"{tag}.record", workdir / f"{tag}.log"
     worker: Worker | None = None
     place: Place | None = None
