@@ -40,6 +40,8 @@ class TransportOptions:
     ack_flush_interval: float = 0.002
     #: SQLite: how often to check for others' commits, in seconds.
     sqlite_poll_interval: float = 0.005
+    #: SQLite: the same check once nothing has changed for a second (an idle worker).
+    sqlite_idle_poll_interval: float = 0.02
 
     def __post_init__(self) -> None:
         for f in fields(self):

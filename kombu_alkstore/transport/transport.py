@@ -27,6 +27,8 @@ from .options import parse_transport_options
 from .routing import RoutingCache
 
 logger = logging.getLogger("kombu_alkstore")
+#: Seconds without a change after which an SQLite worker checks less often.
+IDLE_AFTER = 1.0
 
 
 class Transport(virtual.Transport):
@@ -81,6 +83,8 @@ class Transport(virtual.Transport):
         self._loop: Any = None
         self._listening = False
         self._tick: Any = None
+        self._check_tref: Any = None
+        self._last_change = time.monotonic()
 
     @staticmethod
     def _parse_url(hostname: str | None) -> StoreURL:
@@ -137,6 +141,9 @@ class Transport(virtual.Transport):
         for tref in self._trefs:
             tref.cancel()
         self._trefs.clear()
+        if self._check_tref is not None:
+            self._check_tref.cancel()
+            self._check_tref = None
         if self._loop is not None:
             self._loop.on_tick.discard(self._tick)
             self.acks.attach(None)
@@ -160,10 +167,9 @@ class Transport(virtual.Transport):
             self._listening = True
             self.routing.listening(+1)
         else:
-            self._trefs.append(
-                loop.call_repeatedly(
-                    self.options.sqlite_poll_interval, self._guarded(self._on_readable)
-                )
+            self._last_change = time.monotonic()
+            self._check_tref = loop.call_later(
+                self.options.sqlite_poll_interval, self._guarded(self._check_changes)
             )
         self._trefs += [
             loop.call_repeatedly(self.polling_interval, self._guarded(self._safety_poll)),
@@ -191,7 +197,23 @@ class Transport(virtual.Transport):
         self._poll_all()
         self._learn_next_due()
 
-    def _on_readable(self, *args: Any) -> None:
+    def _check_changes(self) -> None:
+        """SQLite: look for others' commits; every ``sqlite_poll_interval`` while work
+        comes, every ``sqlite_idle_poll_interval`` after a second without any."""
+        self._check_tref = None
+        try:
+            if self._on_readable():
+                self._last_change = time.monotonic()
+        finally:
+            if self._loop is not None:
+                idle = time.monotonic() - self._last_change > IDLE_AFTER
+                interval = self.options.sqlite_idle_poll_interval if idle else None
+                self._check_tref = self._loop.call_later(
+                    interval or self.options.sqlite_poll_interval,
+                    self._guarded(self._check_changes),
+                )
+
+    def _on_readable(self, *args: Any) -> bool:
         wake = self._waiter().poll()
         if wake.routing:
             self.routing.invalidate()
@@ -203,6 +225,7 @@ class Transport(virtual.Transport):
             self._poll_all(only=wake.queues)
         if wake and fd_less(self._waiter()):
             self._learn_next_due()
+        return bool(wake)
 
     def _on_tick(self) -> None:
         # A full batch means more may be waiting: claim again once acks free capacity.
