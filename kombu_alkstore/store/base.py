@@ -293,6 +293,23 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def _insert(self, jobs: list[NewJob]) -> list[int]: ...
 
+    def _job_params(self, j: NewJob) -> dict[str, Any]:
+        """The bound parameters of one job's INSERT that every engine uses."""
+        o = self.options
+        return {
+            "queue": j.queue,
+            "msg_id": j.msg_id,
+            "body": bytes(j.body),
+            "priority": j.priority,
+            "expires_at": j.expires_at,
+            "vt": j.visibility_timeout,
+            "ma": j.max_attempts,
+            "bb": j.backoff_base,
+            "d_vt": o.visibility_timeout,
+            "d_ma": o.max_attempts,
+            "d_bb": o.backoff_base,
+        }
+
     # ------------------------------------------------------------------ claim
     @abc.abstractmethod
     def claim(self, queues: Sequence[str], limit: int = 1) -> list[Delivery]:

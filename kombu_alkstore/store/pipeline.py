@@ -99,7 +99,8 @@ class PipelinedPublisher:
         with self._lock:
             self._forked()
             self._collect(block=len(self._in_flight) >= MAX_IN_FLIGHT)
-            fresh = self._conn is None  # a new connection carries every unconfirmed one
+            # A new connection carries every unconfirmed publish.
+            fresh = self._conn is None or self._conn.closed
             self._in_flight.append(batch)
             try:
                 try:

@@ -215,21 +215,10 @@ class PostgresStore(Store):
 
     # ------------------------------------------------------------------- enqueue
     def _insert_params(self, j: NewJob) -> dict[str, Any]:
-        o = self.options
         return {
-            "queue": j.queue,
-            "msg_id": j.msg_id,
-            "body": bytes(j.body),
-            "priority": j.priority,
+            **self._job_params(j),
             "run_at": j.run_at,
             "delay": j.delay,
-            "expires_at": j.expires_at,
-            "vt": j.visibility_timeout,
-            "ma": j.max_attempts,
-            "bb": j.backoff_base,
-            "d_vt": o.visibility_timeout,
-            "d_ma": o.max_attempts,
-            "d_bb": o.backoff_base,
             "channel": self.channel,
         }
 
@@ -259,9 +248,11 @@ class PostgresStore(Store):
         if self.options.confirm_publish or AMBIENT.get() is not None:
             self.enqueue_many(jobs)
             return
-        checked = [job.checked() for job in jobs]
-        if checked:
-            self._pipelined().send([self._insert_params(j) for j in checked])
+        rows = [self._insert_params(job.checked()) for job in jobs]
+        for row in rows:
+            check_text_params(row)  # refused here, not after the call has returned
+        if rows:
+            self._pipelined().send(rows)
 
     def flush_publishes(self) -> None:
         if self._publisher is not None:

@@ -167,7 +167,6 @@ class SQLiteStore(Store):
 
     # ------------------------------------------------------------------- enqueue
     def _insert(self, jobs: list[NewJob]) -> list[int]:
-        o = self.options
         now = time.time()
         ids = []
         with self._write() as conn:
@@ -175,21 +174,7 @@ class SQLiteStore(Store):
                 run_at = now + j.delay if j.delay is not None else (j.run_at or now)
                 row = conn.execute(
                     self._sql["insert"],
-                    {
-                        "queue": j.queue,
-                        "msg_id": j.msg_id,
-                        "body": bytes(j.body),
-                        "priority": j.priority,
-                        "run_at": run_at,
-                        "expires_at": j.expires_at,
-                        "vt": j.visibility_timeout,
-                        "ma": j.max_attempts,
-                        "bb": j.backoff_base,
-                        "d_vt": o.visibility_timeout,
-                        "d_ma": o.max_attempts,
-                        "d_bb": o.backoff_base,
-                        "now": now,
-                    },
+                    {**self._job_params(j), "run_at": run_at, "now": now},
                 ).fetchone()
                 ids.append(row[0])
         return ids
