@@ -233,6 +233,24 @@ class ScheduleRow:
     origin: str
 
 
+class ScheduleTick:
+    """One beat tick's transaction (see :meth:`Store.schedule_tick`): the due schedules,
+    and advancing one boundary; both run on the tick's connection, inside its lock."""
+
+    def __init__(self, sql: dict[str, str], conn: Any) -> None:
+        self.sql, self.conn = sql, conn
+
+    def due(self, now: float) -> list[ScheduleRow]:
+        rows = self.conn.execute(self.sql["schedule_due"], {"now": now}).fetchall()
+        return [ScheduleRow(*r) for r in rows]
+
+    def advance(self, name: str, prev: float, new: float) -> bool:
+        cur = self.conn.execute(
+            self.sql["schedule_advance"], {"name": name, "prev": prev, "new": new}
+        )
+        return cur.rowcount == 1
+
+
 class Store(abc.ABC):
     """Queue tables on one database. Thread-safe; one instance per process is enough."""
 
@@ -264,6 +282,19 @@ class Store(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # ------------------------------------------------------------ statements
+    @abc.abstractmethod
+    def _all(self, key: str, params: dict[str, Any] | None = None) -> list[tuple]:
+        """Run the engine's statement ``key``; all rows."""
+
+    @abc.abstractmethod
+    def _one(self, key: str, params: dict[str, Any] | None = None) -> tuple | None:
+        """Run the engine's statement ``key``; the first row or None."""
+
+    @abc.abstractmethod
+    def _run(self, key: str, params: dict[str, Any] | None = None) -> int:
+        """Run the engine's statement ``key``; the row count."""
 
     # ---------------------------------------------------------------- enqueue
     def enqueue(self, queue: str, body: bytes | str, **kwargs: Any) -> int:
@@ -329,9 +360,10 @@ class Store(abc.ABC):
     def ping(self) -> None:
         """One round trip: raises when the database cannot be reached."""
 
-    @abc.abstractmethod
     def size(self, queue: str) -> int:
         """Pending jobs (due or delayed) in ``queue``: the AMQP message count."""
+        row = self._one("size", {"queue": queue})
+        return int(row[0]) if row else 0
 
     @abc.abstractmethod
     def next_due(self, queues: Sequence[str]) -> float | None:
@@ -415,17 +447,19 @@ class Store(abc.ABC):
         past retention; drop queues unused past their ``x-expires``. Idempotent."""
 
     # ------------------------------------------------------------ reads, admin
-    @abc.abstractmethod
     def get_job(self, job_id: int | str) -> Job | None:
         """A live or dead job by its own id (int) or its message id (str, the Celery task id)."""
+        key = "get_job_by_id" if isinstance(job_id, int) else "get_job_by_msg"
+        row = self._one(key, {"id": job_id})
+        return Job(*row) if row else None
 
     @abc.abstractmethod
     def counts(self, queues: Sequence[str] | None = None) -> list[QueueCounts]:
         """Per-queue counts for the given queues (default: every queue with jobs or dead)."""
 
-    @abc.abstractmethod
     def purge(self, queue: str) -> int:
         """Delete the queue's pending jobs; return how many."""
+        return self._run("purge", {"queue": queue})
 
     @abc.abstractmethod
     def dead_list(self, queue: str | None = None, limit: int = 100) -> list[Job]:
@@ -444,8 +478,9 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def exchange_declare(self, name: str, type_: str) -> None: ...
 
-    @abc.abstractmethod
-    def exchange_type(self, name: str) -> str | None: ...
+    def exchange_type(self, name: str) -> str | None:
+        row = self._one("exchange_type", {"name": name})
+        return row[0] if row else None
 
     @abc.abstractmethod
     def exchange_delete(self, name: str) -> None: ...
@@ -456,22 +491,24 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def unbind(self, exchange: str, routing_key: str, queue: str) -> None: ...
 
-    @abc.abstractmethod
     def bindings(self, exchange: str) -> list[tuple[str, str]]:
         """``(routing_key, queue)`` pairs bound to ``exchange``."""
+        return [(r[0], r[1]) for r in self._all("bindings", {"exchange": exchange})]
 
-    @abc.abstractmethod
     def routing_version(self) -> int:
         """A number that changes whenever exchanges or bindings change (for caches)."""
+        row = self._one("routing_version")
+        return int(row[0]) if row else 0
 
-    @abc.abstractmethod
     def queue_declare(
         self, name: str, message_ttl: float | None = None, expires: float | None = None
     ) -> None:
         """Create or refresh a queue's row (options, last use)."""
+        check_queue_args(name, message_ttl, expires)
+        self._run("queue_declare", {"name": name, "ttl": message_ttl, "expires": expires})
 
-    @abc.abstractmethod
-    def queue_exists(self, name: str) -> bool: ...
+    def queue_exists(self, name: str) -> bool:
+        return self._one("queue_exists", {"name": name}) is not None
 
     @abc.abstractmethod
     def queue_delete(self, name: str) -> int:
@@ -482,16 +519,18 @@ class Store(abc.ABC):
         """Mark queues as used now (keeps ``x-expires`` queues of live consumers)."""
 
     # ----------------------------------------------------------------- leases
-    @abc.abstractmethod
     def lease_acquire(self, name: str, owner: str, ttl: float) -> bool:
         """Take or renew the named lease for ``ttl`` seconds; False while another holds it."""
+        check_lease_ttl(ttl)
+        return self._one("lease_acquire", {"name": name, "owner": owner, "ttl": ttl}) is not None
 
-    @abc.abstractmethod
-    def lease_release(self, name: str, owner: str) -> bool: ...
+    def lease_release(self, name: str, owner: str) -> bool:
+        return self._run("lease_release", {"name": name, "owner": owner}) > 0
 
-    @abc.abstractmethod
     def lease_holder(self, name: str) -> str | None:
         """The live holder of a lease, or None."""
+        row = self._one("lease_holder", {"name": name})
+        return row[0] if row else None
 
     # ----------------------------------------------------------------- wakeup
     @abc.abstractmethod
@@ -499,16 +538,18 @@ class Store(abc.ABC):
         """A new wake-up source announcing enqueued work on any queue."""
 
     # -------------------------------------------------------------- schedules
-    @abc.abstractmethod
     def schedule_upsert(self, row: ScheduleRow, keep_grid: bool = True) -> None:
         """Insert or update a schedule. With ``keep_grid`` an existing row whose interval
         is unchanged keeps its stored ``next_at`` (its grid survives restarts)."""
+        params = {f: getattr(row, f) for f in ScheduleRow.__slots__}
+        params["keep"] = keep_grid
+        self._run("schedule_upsert", params)
 
-    @abc.abstractmethod
-    def schedule_delete(self, name: str) -> bool: ...
+    def schedule_delete(self, name: str) -> bool:
+        return self._run("schedule_delete", {"name": name}) > 0
 
-    @abc.abstractmethod
-    def schedule_list(self) -> list[ScheduleRow]: ...
+    def schedule_list(self) -> list[ScheduleRow]:
+        return [ScheduleRow(*r) for r in self._all("schedule_list")]
 
     @abc.abstractmethod
     @contextmanager

@@ -25,13 +25,11 @@ from .base import (
     Job,
     NewJob,
     QueueCounts,
-    ScheduleRow,
+    ScheduleTick,
     Store,
     SweepResult,
     Waiter,
     Wakeup,
-    check_lease_ttl,
-    check_queue_args,
 )
 from .options import StoreOptions, StoreURL, check_text_params, validate_name
 from .pipeline import PipelinedPublisher
@@ -295,10 +293,6 @@ class PostgresStore(Store):
         with self._pool.connection(timeout=PING_TIMEOUT) as conn:
             conn.execute("SELECT 1")
 
-    def size(self, queue: str) -> int:
-        row = self._one("size", {"queue": queue})
-        return int(row[0]) if row else 0
-
     def next_due(self, queues: Sequence[str]) -> float | None:
         row = self._one("next_due", {"queues": list(queues)})
         return row[0] if row else None
@@ -343,17 +337,9 @@ class PostgresStore(Store):
         return SweepResult(row[0], row[1], tuple(row[2] or ()))
 
     # -------------------------------------------------------------- reads, admin
-    def get_job(self, job_id: int | str) -> Job | None:
-        key = "get_job_by_id" if isinstance(job_id, int) else "get_job_by_msg"
-        row = self._one(key, {"id": job_id})
-        return Job(*row) if row else None
-
     def counts(self, queues: Sequence[str] | None = None) -> list[QueueCounts]:
         rows = self._all("counts", {"queues": list(queues) if queues is not None else None})
         return [QueueCounts(*r) for r in rows]
-
-    def purge(self, queue: str) -> int:
-        return self._run("purge", {"queue": queue})
 
     def dead_list(self, queue: str | None = None, limit: int = 100) -> list[Job]:
         rows = self._all("dead_list", {"queue": queue, "limit": int(limit)})
@@ -374,10 +360,6 @@ class PostgresStore(Store):
             raise ConfigurationError(f"exchange type {type_!r} is not one of {EXCHANGE_TYPES}")
         self._run("exchange_declare", {"name": name, "type": type_})
 
-    def exchange_type(self, name: str) -> str | None:
-        row = self._one("exchange_type", {"name": name})
-        return row[0] if row else None
-
     def exchange_delete(self, name: str) -> None:
         self._run("exchange_delete", {"name": name})
 
@@ -391,22 +373,6 @@ class PostgresStore(Store):
     def unbind(self, exchange: str, routing_key: str, queue: str) -> None:
         self._run("unbind", {"exchange": exchange, "rk": routing_key or "", "queue": queue})
 
-    def bindings(self, exchange: str) -> list[tuple[str, str]]:
-        return [(r[0], r[1]) for r in self._all("bindings", {"exchange": exchange})]
-
-    def routing_version(self) -> int:
-        row = self._one("routing_version")
-        return int(row[0]) if row else 0
-
-    def queue_declare(
-        self, name: str, message_ttl: float | None = None, expires: float | None = None
-    ) -> None:
-        check_queue_args(name, message_ttl, expires)
-        self._run("queue_declare", {"name": name, "ttl": message_ttl, "expires": expires})
-
-    def queue_exists(self, name: str) -> bool:
-        return self._one("queue_exists", {"name": name}) is not None
-
     def queue_delete(self, name: str) -> int:
         row = self._one("queue_delete", {"name": name})
         return int(row[0]) if row else 0
@@ -416,35 +382,13 @@ class PostgresStore(Store):
             self._run("touch_queues", {"names": list(names)})
 
     # -------------------------------------------------------------------- leases
-    def lease_acquire(self, name: str, owner: str, ttl: float) -> bool:
-        check_lease_ttl(ttl)
-        return self._one("lease_acquire", {"name": name, "owner": owner, "ttl": ttl}) is not None
-
-    def lease_release(self, name: str, owner: str) -> bool:
-        return self._run("lease_release", {"name": name, "owner": owner}) > 0
-
-    def lease_holder(self, name: str) -> str | None:
-        row = self._one("lease_holder", {"name": name})
-        return row[0] if row else None
-
     # ----------------------------------------------------------------- schedules
-    def schedule_upsert(self, row: ScheduleRow, keep_grid: bool = True) -> None:
-        params = {f: getattr(row, f) for f in ScheduleRow.__slots__}
-        params["keep"] = keep_grid
-        self._run("schedule_upsert", params)
-
-    def schedule_delete(self, name: str) -> bool:
-        return self._run("schedule_delete", {"name": name}) > 0
-
-    def schedule_list(self) -> list[ScheduleRow]:
-        return [ScheduleRow(*r) for r in self._all("schedule_list")]
-
     @contextmanager
     def schedule_tick(self) -> Iterator[Any]:
         with self._pool.connection() as conn, conn.transaction():
             token = AMBIENT.set(conn)
             try:
-                yield _Tick(self, conn)
+                yield ScheduleTick(self._sql, conn)
             finally:
                 AMBIENT.reset(token)
 
@@ -520,23 +464,6 @@ def _driver_connection(connection: Any) -> Any:
             connection.begin()
         return dbapi.driver_connection
     return connection
-
-
-class _Tick:
-    """One beat tick's transaction on PostgreSQL."""
-
-    def __init__(self, store: PostgresStore, conn: psycopg.Connection) -> None:
-        self.store, self.conn = store, conn
-
-    def due(self, now: float) -> list[ScheduleRow]:
-        rows = self.conn.execute(self.store._sql["schedule_due"], {"now": now}).fetchall()
-        return [ScheduleRow(*r) for r in rows]
-
-    def advance(self, name: str, prev: float, new: float) -> bool:
-        cur = self.conn.execute(
-            self.store._sql["schedule_advance"], {"name": name, "prev": prev, "new": new}
-        )
-        return cur.rowcount == 1
 
 
 _waiters: weakref.WeakSet[PostgresWaiter] = weakref.WeakSet()

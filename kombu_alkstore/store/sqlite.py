@@ -24,13 +24,11 @@ from .base import (
     Job,
     NewJob,
     QueueCounts,
-    ScheduleRow,
+    ScheduleTick,
     Store,
     SweepResult,
     Waiter,
     Wakeup,
-    check_lease_ttl,
-    check_queue_args,
 )
 from .options import StoreOptions, StoreURL, check_text_params, validate_name
 from .schema import SCHEMA_VERSION
@@ -209,10 +207,6 @@ class SQLiteStore(Store):
     def ping(self) -> None:
         self._one("ping")
 
-    def size(self, queue: str) -> int:
-        row = self._one("size", {"queue": queue})
-        return int(row[0]) if row else 0
-
     def next_due(self, queues: Sequence[str]) -> float | None:
         row = self._one("next_due", {"queues": json.dumps(list(queues))})
         return row[0] if row else None
@@ -279,17 +273,9 @@ class SQLiteStore(Store):
         return SweepResult(len(expired), purged, tuple(dropped))
 
     # -------------------------------------------------------------- reads, admin
-    def get_job(self, job_id: int | str) -> Job | None:
-        key = "get_job_by_id" if isinstance(job_id, int) else "get_job_by_msg"
-        row = self._one(key, {"id": job_id})
-        return Job(*row) if row else None
-
     def counts(self, queues: Sequence[str] | None = None) -> list[QueueCounts]:
         names = json.dumps(list(queues)) if queues is not None else None
         return [QueueCounts(*r) for r in self._all("counts", {"queues": names})]
-
-    def purge(self, queue: str) -> int:
-        return self._run("purge", {"queue": queue})
 
     def dead_list(self, queue: str | None = None, limit: int = 100) -> list[Job]:
         return [Job(*r) for r in self._all("dead_list", {"queue": queue, "limit": int(limit)})]
@@ -315,10 +301,6 @@ class SQLiteStore(Store):
             if conn.execute(self._sql["exchange_declare"], {"name": name, "type": type_}).rowcount:
                 conn.execute(self._sql["bump_routing"])
 
-    def exchange_type(self, name: str) -> str | None:
-        row = self._one("exchange_type", {"name": name})
-        return row[0] if row else None
-
     def exchange_delete(self, name: str) -> None:
         with self._write() as conn:
             if conn.execute(self._sql["exchange_delete"], {"name": name}).rowcount:
@@ -341,22 +323,6 @@ class SQLiteStore(Store):
     def unbind(self, exchange: str, routing_key: str, queue: str) -> None:
         self._binding_change("unbind", exchange, routing_key, queue)
 
-    def bindings(self, exchange: str) -> list[tuple[str, str]]:
-        return [(r[0], r[1]) for r in self._all("bindings", {"exchange": exchange})]
-
-    def routing_version(self) -> int:
-        row = self._one("routing_version")
-        return int(row[0]) if row else 0
-
-    def queue_declare(
-        self, name: str, message_ttl: float | None = None, expires: float | None = None
-    ) -> None:
-        check_queue_args(name, message_ttl, expires)
-        self._run("queue_declare", {"name": name, "ttl": message_ttl, "expires": expires})
-
-    def queue_exists(self, name: str) -> bool:
-        return self._one("queue_exists", {"name": name}) is not None
-
     def queue_delete(self, name: str) -> int:
         with self._write() as conn:
             conn.execute(self._sql["queue_delete_row"], {"name": name})
@@ -369,36 +335,14 @@ class SQLiteStore(Store):
             self._run("touch_queues", {"names": json.dumps(list(names))})
 
     # -------------------------------------------------------------------- leases
-    def lease_acquire(self, name: str, owner: str, ttl: float) -> bool:
-        check_lease_ttl(ttl)
-        return self._one("lease_acquire", {"name": name, "owner": owner, "ttl": ttl}) is not None
-
-    def lease_release(self, name: str, owner: str) -> bool:
-        return self._run("lease_release", {"name": name, "owner": owner}) > 0
-
-    def lease_holder(self, name: str) -> str | None:
-        row = self._one("lease_holder", {"name": name})
-        return row[0] if row else None
-
     # ----------------------------------------------------------------- schedules
-    def schedule_upsert(self, row: ScheduleRow, keep_grid: bool = True) -> None:
-        params = {f: getattr(row, f) for f in ScheduleRow.__slots__}
-        params["keep"] = keep_grid
-        self._run("schedule_upsert", params)
-
-    def schedule_delete(self, name: str) -> bool:
-        return self._run("schedule_delete", {"name": name}) > 0
-
-    def schedule_list(self) -> list[ScheduleRow]:
-        return [ScheduleRow(*r) for r in self._all("schedule_list")]
-
     @contextmanager
     def schedule_tick(self) -> Iterator[Any]:
         # BEGIN IMMEDIATE holds the database write lock: the whole tick is the row lock.
         with self._write() as conn:
             token = AMBIENT.set(conn)
             try:
-                yield _Tick(self, conn)
+                yield ScheduleTick(self._sql, conn)
             finally:
                 AMBIENT.reset(token)
 
@@ -448,23 +392,6 @@ def _with_now(params: dict[str, Any] | None) -> dict[str, Any]:
     out.setdefault("now", time.time())
     check_text_params(out)
     return out
-
-
-class _Tick:
-    """One beat tick on SQLite: the write transaction already excludes other tickers."""
-
-    def __init__(self, store: SQLiteStore, conn: sqlite3.Connection) -> None:
-        self.store, self.conn = store, conn
-
-    def due(self, now: float) -> list[ScheduleRow]:
-        rows = self.conn.execute(self.store._sql["schedule_due"], {"now": now}).fetchall()
-        return [ScheduleRow(*r) for r in rows]
-
-    def advance(self, name: str, prev: float, new: float) -> bool:
-        cur = self.conn.execute(
-            self.store._sql["schedule_advance"], {"name": name, "prev": prev, "new": new}
-        )
-        return cur.rowcount == 1
 
 
 class SQLiteWaiter(Waiter):
