@@ -61,6 +61,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.harness.procs import proc_stats  # noqa: E402
+
 TASK = "tests.apps.proj.mark"
 SCHEMA = "soak"
 QUEUE = "celery"
@@ -188,19 +190,7 @@ def publisher_main() -> int:
 
 # ---------------------------------------------------------------------------- processes
 def _children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
-        fields_ = stat.rsplit(")", 1)[1].split()
-        if int(fields_[1]) == pid:
-            out.append(int(entry))
-    return out
+    return [child for child, fields in proc_stats() if int(fields[1]) == pid]  # 4: ppid
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

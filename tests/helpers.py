@@ -12,11 +12,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
 
 import kombu_alkstore  # noqa: F401
+
+if TYPE_CHECKING:
+    from tests.conftest import Target
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -120,3 +124,30 @@ def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 
 
 def options_env(**options) -> dict[str, str]:
     return {"ALKSTORE_TEST_OPTIONS": json.dumps(options)}
+
+
+def run_solo_worker(env_extra: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """Run the test project's worker (solo pool) until it exits, its output captured and
+    its task records discarded; ``subprocess.TimeoutExpired`` if it is still running."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ALKSTORE_TEST_RECORD="/dev/null")
+    env.update(env_extra)
+    return subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "tests.apps.proj", "worker", "-P", "solo"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def cluster_app(cluster, **env_extra: str) -> tuple[Target, dict, Celery, dict[str, str]]:
+    """On a private cluster (tests.private_pg): the Target (schema ``alk``), its transport
+    options (1 s safety-net poll), an app, and the worker-process environment carrying
+    those options plus ``env_extra``."""
+    from tests.conftest import Target
+
+    target = Target("postgresql", cluster.url, "alk")
+    opts = dict(target.transport_options, polling_interval=1.0)
+    env = {"ALKSTORE_TEST_OPTIONS": json.dumps(opts), **env_extra}
+    return target, opts, make_app(target, transport_options=opts), env

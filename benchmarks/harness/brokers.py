@@ -144,15 +144,10 @@ def make_place(broker: str, workdir: Path, nosync_options: dict | None = None) -
                 sep = "&" if "?" in url else "?"
                 place.client_url = url + sep + NOSYNC_URL_OPTION
         return place
-    if name == "alkstore-sqlite":
-        path = workdir / f"alkstore-{tag}.db"
-        url = f"alkstore+sqlite:///{path}"
-        place = Place(broker, url, url)
-        place.cleanups.append(lambda: _remove_sqlite(path))
-        return place
-    if name == "sqla-sqlite":
-        path = workdir / f"sqla-{tag}.db"
-        url = f"sqla+sqlite:///{path}"
+    if name in ("alkstore-sqlite", "sqla-sqlite"):
+        prefix = name.split("-", 1)[0]
+        path = workdir / f"{prefix}-{tag}.db"
+        url = f"{prefix}+sqlite:///{path}"
         place = Place(broker, url, url)
         place.cleanups.append(lambda: _remove_sqlite(path))
         return place

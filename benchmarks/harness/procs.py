@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from .tasks_module import TASKS_MODULE
@@ -120,9 +121,9 @@ class Client:
         self.err.close()
 
 
-def group_cpu_seconds(session: int) -> float:
-    """User+system CPU seconds of every live process in a session (the worker's group)."""
-    ticks = 0
+def proc_stats() -> Iterator[tuple[int, list[str]]]:
+    """``(pid, fields)`` of every live process, ``fields`` being ``/proc/PID/stat`` after
+    the command name (which may hold spaces): ``fields[0]`` is stat field 3 (state)."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -130,7 +131,13 @@ def group_cpu_seconds(session: int) -> float:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()
+        yield int(entry), stat[stat.rindex(")") + 2 :].split()
+
+
+def group_cpu_seconds(session: int) -> float:
+    """User+system CPU seconds of every live process in a session (the worker's group)."""
+    ticks = 0
+    for _, fields in proc_stats():
         if int(fields[3]) == session:  # field 6: session id
             ticks += int(fields[11]) + int(fields[12])  # fields 14, 15: utime, stime
     return ticks / os.sysconf("SC_CLK_TCK")

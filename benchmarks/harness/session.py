@@ -183,6 +183,13 @@ def session_env(place: Place, record: Path, counted: Path | None, workdir: Path,
     return worker_env, client_env
 
 
+def _failed(out: Outcome, label: str, exc: Exception, logfile: Path) -> None:
+    """Mark a session failed: the error first in its notes, and logged with the log's tail."""
+    out.failed = True
+    out.notes.insert(0, f"FAILED: {type(exc).__name__}: {exc}")
+    log(f"[{label}] FAILED: {type(exc).__name__}: {exc}\n{tail(logfile)}")
+
+
 def run_session(broker: str, pool: str, rep: int, cfg: Config, workdir: Path) -> Outcome:
     """Publish, drain, latency and idle cost of one broker with one worker pool."""
     out = Outcome(broker, pool, rep)
@@ -290,9 +297,7 @@ def run_session(broker: str, pool: str, rep: int, cfg: Config, workdir: Path) ->
             if extra:
                 out.notes.append(f"{extra} {kind} task(s) ran more than once")
     except Exception as exc:  # one session failing: report it, go on with the next
-        out.failed = True
-        out.notes.insert(0, f"FAILED: {type(exc).__name__}: {exc}")
-        log(f"[r{rep} {broker} {pool}] FAILED: {type(exc).__name__}: {exc}\n{tail(logfile)}")
+        _failed(out, f"r{rep} {broker} {pool}", exc, logfile)
     finally:
         if client is not None:
             client.close()
@@ -433,9 +438,7 @@ def run_scaling(
         done = wait_records(record, "drain", n, worker, f"scale {variant}")
         out.values["drain"], _ = drain_rate(done, n)
     except Exception as exc:
-        out.failed = True
-        out.notes.insert(0, f"FAILED: {type(exc).__name__}: {exc}")
-        log(f"[r{rep} scale {variant}] FAILED: {type(exc).__name__}: {exc}\n{tail(logfile)}")
+        _failed(out, f"r{rep} scale {variant}", exc, logfile)
     finally:
         if worker is not None:
             worker.kill()

@@ -206,11 +206,11 @@ class Transport(virtual.Transport):
                 self._last_change = time.monotonic()
         finally:
             if self._loop is not None:
+                o = self.options
                 idle = time.monotonic() - self._last_change > IDLE_AFTER
-                interval = self.options.sqlite_idle_poll_interval if idle else None
+                interval = o.sqlite_idle_poll_interval if idle else o.sqlite_poll_interval
                 self._check_tref = self._loop.call_later(
-                    interval or self.options.sqlite_poll_interval,
-                    self._guarded(self._check_changes),
+                    interval, self._guarded(self._check_changes)
                 )
 
     def _on_readable(self, *args: Any) -> bool:

@@ -44,7 +44,7 @@ from kombu_alkstore.errors import (
 )
 from kombu_alkstore.store import StoreOptions
 from kombu_alkstore.transport.options import TransportOptions
-from tests.helpers import ROOT, kill_group, make_app, thread_worker, wait_for
+from tests.helpers import ROOT, kill_group, make_app, run_solo_worker, thread_worker, wait_for
 
 SCALE = float(os.environ.get("ALKSTORE_FUZZ_EXAMPLES", "1"))
 
@@ -684,16 +684,7 @@ def test_option_value_accepted_or_one_clear_line(sqlite_target, name, value):
 
 
 def _worker_output(env_extra: dict) -> tuple[int, list[str]]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), ALKSTORE_TEST_RECORD="/dev/null")
-    env.update(env_extra)
-    proc = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "tests.apps.proj", "worker", "-P", "solo"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_solo_worker(env_extra, 60)
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     return proc.returncode, lines
 

@@ -13,9 +13,7 @@ schema is current (setup then runs no DDL). Roles have unique names and are drop
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 import uuid
 
@@ -29,7 +27,7 @@ from celery_beat_alkstore import api as beat_api
 from kombu_alkstore.errors import StoreUnavailable
 from kombu_alkstore.store import open_store
 from tests.conftest import Target
-from tests.helpers import ROOT, make_app, thread_worker, wait_for
+from tests.helpers import make_app, run_solo_worker, thread_worker, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -76,23 +74,13 @@ def grant_dml(target, role: str) -> None:
 
 def worker_exit(target: Target, options: dict, timeout: float = 60) -> tuple[int | None, str]:
     """Run a worker with ``target``; its exit code (None if still running) and output."""
-    env = dict(
-        os.environ,
-        ALKSTORE_TEST_BROKER=target.broker_url,
-        ALKSTORE_TEST_SCHEMA=target.schema,
-        ALKSTORE_TEST_OPTIONS=json.dumps(options),
-        ALKSTORE_TEST_RECORD="/dev/null",
-        PYTHONPATH=str(ROOT),
-    )
+    env = {
+        "ALKSTORE_TEST_BROKER": target.broker_url,
+        "ALKSTORE_TEST_SCHEMA": target.schema,
+        "ALKSTORE_TEST_OPTIONS": json.dumps(options),
+    }
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "celery", "-A", "tests.apps.proj", "worker", "-P", "solo"],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        proc = run_solo_worker(env, timeout)
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"") + (exc.stderr or b"")
         return None, out.decode(errors="replace") if isinstance(out, bytes) else str(out)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -11,8 +10,7 @@ from kombu.exceptions import OperationalError
 
 import kombu_alkstore  # noqa: F401
 from kombu_alkstore.errors import StoreUnavailable
-from tests.conftest import Target
-from tests.helpers import make_app, read_record, wait_for, worker_process
+from tests.helpers import cluster_app, make_app, read_record, wait_for, worker_process
 from tests.private_pg import private_cluster
 
 
@@ -27,10 +25,7 @@ def test_tasks_running_across_a_server_restart_complete(tmp_path):
     messages on a lost connection); a lost or stranded task is not."""
     record = tmp_path / "record.tsv"
     with private_cluster() as cluster:
-        target = Target("postgresql", cluster.url, "alk")
-        opts = dict(target.transport_options, polling_interval=1.0)
-        app = make_app(target, transport_options=opts)
-        env = {"ALKSTORE_TEST_OPTIONS": json.dumps(opts), "ALKSTORE_TEST_ACKS_LATE": "1"}
+        target, opts, app, env = cluster_app(cluster, ALKSTORE_TEST_ACKS_LATE="1")
         with worker_process(target, record, "-c", "2", "-P", "prefork", **env):
             app.send_task("tests.apps.proj.mark", ("warm",))
             wait_for(lambda: len(read_record(record)) == 1, 40)
@@ -60,10 +55,7 @@ def test_tasks_running_across_a_server_restart_complete(tmp_path):
 def test_prefetched_messages_are_not_stranded_by_a_lost_connection(tmp_path):
     record = tmp_path / "record.tsv"
     with private_cluster() as cluster:
-        target = Target("postgresql", cluster.url, "alk")
-        opts = dict(target.transport_options, polling_interval=1.0)
-        app = make_app(target, transport_options=opts)
-        env = {"ALKSTORE_TEST_OPTIONS": json.dumps(opts), "ALKSTORE_TEST_ACKS_LATE": "1"}
+        target, opts, app, env = cluster_app(cluster, ALKSTORE_TEST_ACKS_LATE="1")
         with worker_process(target, record, "-c", "1", "-P", "prefork", **env):
             app.send_task("tests.apps.proj.mark", ("warm",))
             wait_for(lambda: len(read_record(record)) == 1, 40)

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import time
 
-from tests.conftest import Target
-from tests.helpers import make_app, read_record, wait_for, worker_process
+from tests.helpers import cluster_app, make_app, read_record, wait_for, worker_process
 from tests.private_pg import private_cluster
 
 
 def test_worker_reconnects_after_postgres_restart(tmp_path):
     record = tmp_path / "record.tsv"
     with private_cluster() as cluster:
-        target = Target("postgresql", cluster.url, "alk")
-        opts = dict(target.transport_options, polling_interval=1.0)
-        app = make_app(target, transport_options=opts)
-        env = {"ALKSTORE_TEST_OPTIONS": json.dumps(opts)}
+        target, opts, app, env = cluster_app(cluster)
         with worker_process(target, record, "-c", "2", "-P", "prefork", **env):
             for i in range(5):
                 app.send_task("tests.apps.proj.mark", (f"before{i}",))
