@@ -537,6 +537,11 @@ class Store(abc.ABC):
     def waiter(self) -> Waiter:
         """A new wake-up source announcing enqueued work on any queue."""
 
+    def async_claims(self) -> Any | None:
+        """A new connection for claims and acks that do not block an event loop
+        (``postgres.AsyncClaims``); None on engines without one, whose claims block."""
+        return None
+
     # -------------------------------------------------------------- schedules
     def schedule_upsert(self, row: ScheduleRow, keep_grid: bool = True) -> None:
         """Insert or update a schedule. With ``keep_grid`` an existing row whose interval

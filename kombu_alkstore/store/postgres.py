@@ -18,6 +18,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from ..errors import ConfigurationError, SchemaMissing, StoreUnavailable
+from .async_session import AsyncSession
 from .base import (
     AMBIENT,
     EXCHANGE_TYPES,
@@ -277,13 +278,21 @@ class PostgresStore(Store):
         out: list[Delivery] = []
         while len(out) < limit and queues:
             params = {"queues": queues, "queue": queues[0], "limit": int(limit) - len(out)}
-            rows = self._all("claim_one" if len(queues) == 1 else "claim_any", params)
-            claimed = [r for r in rows if r[0] is not None]
-            claimed.sort(key=lambda r: (-r[4], r[9], r[0]))  # priority DESC, run_at, id
-            out += [Delivery(*r[:9], r[10]) for r in claimed]
-            if len(claimed) == len(rows):  # no spent job took a place: nothing more is due
+            claimed, spent = _deliveries(self._all(_claim_key(queues), params))
+            out += claimed
+            if not spent:  # no spent job took a place: nothing more is due
                 break
         return out
+
+    def async_claims(self) -> AsyncClaims:
+        conn = psycopg.connect(
+            self.url.conninfo,
+            autocommit=True,
+            connect_timeout=10,
+            options="-c synchronous_commit=off",  # as the fast pool (see __init__)
+        )
+        keys = ("claim_one", "claim_any", "ack")
+        return AsyncClaims(self, AsyncSession(conn, {k: self._sql[k] for k in keys}))
 
     def has_due(self, queues: Sequence[str]) -> bool:
         row = self._one("has_due", {"queues": list(queues)})
@@ -436,6 +445,72 @@ class PostgresStore(Store):
             with self._pool.connection() as conn:
                 ident = self._ident = _identify(conn, self.tables.qualified(self.tables.jobs))
         return ident
+
+
+def _claim_key(queues: Sequence[str]) -> str:
+    return "claim_one" if len(queues) == 1 else "claim_any"
+
+
+def _deliveries(rows: list[tuple]) -> tuple[list[Delivery], bool]:
+    """A claim's rows as deliveries (in claim order), and whether spent jobs (moved to
+    the dead letters) took places in the batch, so more may be due."""
+    claimed = [r for r in rows if r[0] is not None]
+    claimed.sort(key=lambda r: (-r[4], r[9], r[0]))  # priority DESC, run_at, id
+    return [Delivery(*r[:9], r[10]) for r in claimed], len(claimed) < len(rows)
+
+
+class AsyncClaims:
+    """The store's claim and ack for an event loop: sent at once, answered by callback
+    from :meth:`on_readable` (see :mod:`.async_session` for the guarantees)."""
+
+    def __init__(self, store: PostgresStore, session: AsyncSession) -> None:
+        self._store = store
+        self._session = session
+
+    def fileno(self) -> int:
+        return self._session.fileno()
+
+    def in_flight(self) -> int:
+        return self._session.in_flight()
+
+    def on_readable(self) -> None:
+        self._session.on_readable()
+
+    def wait(self) -> None:
+        self._session.wait()
+
+    def close(self) -> None:
+        self._session.close()
+
+    def claim(
+        self,
+        queues: Sequence[str],
+        limit: int,
+        callback: Callable[[list[Delivery] | BaseException, bool], None],
+    ) -> None:
+        """Claim up to ``limit`` due jobs as :meth:`Store.claim` does, in one statement;
+        ``callback(deliveries, more)`` gets them (``more``: spent jobs took places)."""
+        queues = list(dict.fromkeys(queues))
+        params = self._store._params({"queues": queues, "queue": queues[0], "limit": int(limit)})
+
+        def answered(rows: list[tuple] | BaseException) -> None:
+            if isinstance(rows, BaseException):
+                callback(rows, False)
+            else:
+                callback(*_deliveries(rows))
+
+        self._session.send(_claim_key(queues), params, answered)
+
+    def ack(
+        self, deliveries: Sequence[Delivery], callback: Callable[[set[int] | BaseException], None]
+    ) -> None:
+        """Delete finished jobs as :meth:`Store.ack` does; ``callback`` gets the ids whose
+        ack landed."""
+
+        def answered(rows: list[tuple] | BaseException) -> None:
+            callback(rows if isinstance(rows, BaseException) else {r[0] for r in rows})
+
+        self._session.send("ack", PostgresStore._arrays(list(deliveries)), answered)
 
 
 def _identify(conn: psycopg.Connection, jobs: str) -> tuple:

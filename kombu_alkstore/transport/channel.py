@@ -94,6 +94,8 @@ class Channel(virtual.Channel):
         self.held = connection.held
         self.acks = connection.acks
         self._no_ack_queues: set[str] = set()
+        #: A claim sent without waiting (``request_claim``) is not answered yet.
+        self.claiming = False
 
     # ----------------------------------------------------------------- publish
     def _put(self, queue: str, message: dict, **kwargs: Any) -> None:
@@ -269,6 +271,34 @@ class Channel(virtual.Channel):
         self.connection.on_batch(self, len(deliveries) >= limit)
         self._dispatch(deliveries)
 
+    def request_claim(self, claims: Any) -> None:
+        """Send one claim (sized by QoS) without waiting; deliver when it is answered.
+        One claim at a time per channel, so the batch never exceeds the free slots."""
+        if self.claiming:
+            return
+        limit = self._batch_size()
+        self.claiming = True
+        try:
+            claims.claim(
+                self._active_queues, limit, lambda got, more: self._on_claimed(got, more, limit)
+            )
+        except BaseException:
+            self.claiming = False
+            raise
+
+    def _on_claimed(self, got: list[Delivery] | BaseException, more: bool, limit: int) -> None:
+        self.claiming = False
+        if isinstance(got, BaseException):
+            raise got
+        # The consumer may have gone while the claim was in flight: hand those back.
+        consumed = set() if self.closed else set(self._active_queues)
+        gone = [d for d in got if d.queue not in consumed]
+        if gone:
+            self._hand_back(gone)
+        self.connection.on_batch(self, more or len(got) >= limit)
+        if len(gone) < len(got):
+            self._dispatch([d for d in got if d.queue in consumed])
+
     def _dispatch(self, deliveries: list[Delivery]) -> None:
         no_ack = [d for d in deliveries if d.queue in self._no_ack_queues]
         if no_ack:
@@ -356,12 +386,15 @@ class Channel(virtual.Channel):
     def _release(self, tags: list[str]) -> list:
         held = [d for d in (self.held.pop(t, None) for t in tags) if d is not None]
         if held:
-            try:
-                self.store.release(held)
-            except _connection_errors() as exc:
-                # The claims lapse by themselves; the rows come back after the timeout.
-                logger.warning("alkstore: could not hand back %d messages: %r", len(held), exc)
+            self._hand_back(held)
         return []
+
+    def _hand_back(self, deliveries: list[Delivery]) -> None:
+        try:
+            self.store.release(deliveries)
+        except _connection_errors() as exc:
+            # The claims lapse by themselves; the rows come back after the timeout.
+            logger.warning("alkstore: could not hand back %d messages: %r", len(deliveries), exc)
 
     def _restore(self, message: Any) -> None:
         self._release([message.delivery_tag])

@@ -42,11 +42,14 @@ class TransportOptions:
     sqlite_poll_interval: float = 0.005
     #: SQLite: the same check once nothing has changed for a second (an idle worker).
     sqlite_idle_poll_interval: float = 0.02
+    #: PostgreSQL, in a worker's event loop: claims and acks are sent without waiting
+    #: for their answers, which the loop reads when they arrive (``False``: they block).
+    async_claims: bool = True
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is None:
+            if value is None or f.type == "bool":
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigurationError(

@@ -64,6 +64,8 @@ class Transport(virtual.Transport):
         self.store: Store | None = None
         self.routing: RoutingCache | None = None
         self.waiter: Waiter | None = None
+        #: In the event loop on PostgreSQL: claims and acks that do not block it.
+        self.claims: Any = None
         #: Every message this connection holds unacked, by delivery tag. After a lost
         #: connection they are neither handed back nor heartbeated any more: a task still
         #: running can ack late within its deadline, the rest come back after one
@@ -114,7 +116,7 @@ class Transport(virtual.Transport):
         return self.waiter
 
     def close_connection(self, connection: Any) -> None:
-        self._cancel_timers()
+        self._cancel_timers()  # answers of claims and acks in flight are awaited first
         self.acks.flush()
         super().close_connection(connection)
         if self.waiter is not None:
@@ -132,12 +134,14 @@ class Transport(virtual.Transport):
     def _collect(self, connection: Any) -> None:
         """The connection was lost: unacked claims stay held (a late ack may still land)
         and otherwise lapse by themselves; nothing is restored through a dead link."""
+        self._end_claims(wait=False)
         self._cancel_timers()
         for channel in list(self.channels):
             channel.do_restore = False
         self.waiter = None
 
     def _cancel_timers(self) -> None:
+        self._end_claims(wait=not self.lost)
         for tref in self._trefs:
             tref.cancel()
         self._trefs.clear()
@@ -155,6 +159,22 @@ class Transport(virtual.Transport):
                 self._loop.remove(fd)
             self._loop = None
 
+    def _end_claims(self, wait: bool) -> None:
+        """Stop sending claims and acks without blocking; with ``wait``, take the
+        answers of those in flight first (claims whose consumer is gone are handed back)."""
+        claims, self.claims = self.claims, None
+        if claims is None:
+            return
+        if self._loop is not None:
+            self._loop.remove(claims.fileno())
+        try:
+            if wait:
+                claims.wait()
+        except Exception as exc:  # closing must not raise; the claims lapse by themselves
+            logger.warning("alkstore: claims or acks in flight not answered: %r", exc)
+        finally:
+            claims.close()
+
     # -------------------------------------------------------------- event loop
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
         self._cancel_timers()
@@ -171,6 +191,10 @@ class Transport(virtual.Transport):
             self._check_tref = loop.call_later(
                 self.options.sqlite_poll_interval, self._guarded(self._check_changes)
             )
+        if self.options.async_claims:
+            self.claims = self.store.async_claims()
+            if self.claims is not None:
+                loop.add_reader(self.claims.fileno(), self._guarded(self.claims.on_readable))
         self._trefs += [
             loop.call_repeatedly(self.polling_interval, self._guarded(self._safety_poll)),
             loop.call_repeatedly(self.heartbeat_interval, self._guarded(self.heartbeat)),
@@ -240,7 +264,7 @@ class Transport(virtual.Transport):
             if when is None:
                 return
             if when <= time.time():
-                if self._starved:
+                if self._starved or any(ch.claiming for ch in self.channels):
                     return  # a backlog: claims resume as slots free (see _on_tick)
                 when = time.time() + 0.005  # it fell due while we claimed: look again
             self._schedule_at(when)
@@ -300,6 +324,9 @@ class Transport(virtual.Transport):
                 self._starved.add(channel)
                 continue
             self._starved.discard(channel)
+            if self.claims is not None:
+                channel.request_claim(self.claims)
+                continue
             try:
                 channel._get_many(channel._active_queues)
                 delivered = True
@@ -416,7 +443,22 @@ class AckBuffer:
         store = self.transport.store
         if not batch or store is None:
             return
-        landed = store.ack(batch)
+        claims = self.transport.claims
+        if claims is not None and threading.get_ident() == self._loop_thread:
+            claims.ack(batch, lambda landed: self._landed(batch, landed))
+        else:
+            self._landed(batch, store.ack(batch))
+
+    @staticmethod
+    def _landed(batch: list[Any], landed: set[int] | BaseException) -> None:
+        if isinstance(landed, BaseException):
+            logger.warning(
+                "alkstore: %d ack(s) may not have landed (%r); a message whose ack did not "
+                "land is delivered again after its visibility timeout",
+                len(batch),
+                landed,
+            )
+            raise landed
         for d in batch:
             if d.id not in landed:
                 logger.warning(
