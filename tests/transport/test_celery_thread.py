@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from celery.exceptions import Reject
 from kombu import Exchange, Queue
 
@@ -16,14 +17,17 @@ def dead_job(store, task_id):
     return job if job is not None and job.state == "dead" else None
 
 
-def test_roundtrip_200_tasks_with_args_kwargs_and_rpc_results(target):
-    app = make_app(target)
+@pytest.mark.parametrize("async_claims", [True, False], ids=["async-claims", "blocking-claims"])
+def test_roundtrip_200_tasks_with_args_kwargs_and_rpc_results(target, async_claims):
+    app = make_app(target, transport_options={"async_claims": async_claims})
 
     @app.task(shared=False)
     def combine(a, b, *, sep="-", extra=None):
         return f"{a}{sep}{b}{sep}{extra['k']}"
 
-    with thread_worker(app):
+    with thread_worker(app) as worker:
+        claims = worker.consumer.connection.transport.claims
+        assert (claims is not None) == (async_claims and target.engine == "postgresql")
         results = [combine.delay(i, "x", sep=":", extra={"k": "ü"}) for i in range(200)]
         values = [r.get(timeout=30) for r in results]
     assert values == [f"{i}:x:ü" for i in range(200)]

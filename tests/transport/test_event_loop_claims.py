@@ -1,0 +1,72 @@
+"""The transport in a kombu event loop (the hub a Celery worker runs) on PostgreSQL:
+claims sent without waiting are delivered when answered, and a claim answered after
+its consumer left is handed back, not delivered and not dead-lettered."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kombu import Connection, Queue
+from kombu.asynchronous import Hub
+
+import kombu_alkstore  # noqa: F401  (registers the alkstore+ URL scheme)
+
+
+@pytest.fixture
+def hub_connection(pg_target):
+    conn = Connection(pg_target.broker_url, transport_options=pg_target.transport_options)
+    conn.connect()
+    hub = Hub()
+    queue = Queue("q", routing_key="q")
+    with conn.Producer() as producer:
+        for i in range(5):
+            producer.publish({"i": i}, routing_key="q", declare=[queue])
+    got: list = []
+    consumer = conn.Consumer([queue], callbacks=[lambda body, message: got.append(message)])
+    consumer.consume()
+    conn.transport.register_with_event_loop(conn.connection, hub)
+    try:
+        yield conn, consumer, got, hub
+    finally:
+        conn.close()
+        hub.close()
+
+
+def _counts(pg_target):
+    store = pg_target.open()
+    try:
+        [counts] = store.counts(["q"])
+        return counts.pending, counts.processing, counts.dead
+    finally:
+        store.close()
+
+
+def test_claims_in_the_loop_deliver_and_ack(hub_connection, pg_target):
+    conn, _, got, hub = hub_connection
+    assert conn.transport.claims is not None
+    deadline = time.monotonic() + 10
+    while len(got) < 5 and time.monotonic() < deadline:
+        hub.run_once()
+    assert sorted(m.payload["i"] for m in got) == list(range(5))
+    for message in got:
+        message.ack()
+    deadline = time.monotonic() + 10
+    while _counts(pg_target) != (0, 0, 0) and time.monotonic() < deadline:
+        hub.run_once()
+    assert _counts(pg_target) == (0, 0, 0)
+
+
+def test_a_claim_answered_after_its_consumer_left_is_handed_back(hub_connection, pg_target):
+    conn, consumer, got, _ = hub_connection
+    claims = conn.transport.claims
+    consumer.channel.request_claim(claims)  # in flight; the loop has not run yet
+    consumer.cancel()
+    claims.wait()  # the answer arrives for a channel no longer consuming "q"
+    assert got == []
+    assert _counts(pg_target) == (5, 0, 0)  # pending again: not delivered, not dead
+    store = pg_target.open()
+    try:  # handed back with the attempt refunded, not rejected (which spends one)
+        assert [d.attempts for d in store.claim(["q"], 10)] == [1] * 5
+    finally:
+        store.close()
