@@ -172,8 +172,10 @@ class Transport(virtual.Transport):
                 claims.wait()
         except Exception as exc:  # closing must not raise; the claims lapse by themselves
             logger.warning("alkstore: claims or acks in flight not answered: %r", exc)
-        finally:
-            claims.close()
+        try:
+            claims.close()  # what is still in flight fails; its callbacks say so
+        except Exception as exc:
+            logger.debug("alkstore: claims closed with statements in flight: %r", exc)
 
     # -------------------------------------------------------------- event loop
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
@@ -440,14 +442,20 @@ class AckBuffer:
         with self._lock:
             batch, self._pending = self._pending, []
             self._scheduled = False
-        store = self.transport.store
-        if not batch or store is None:
+        if not batch:
             return
-        claims = self.transport.claims
+        t = self.transport
+        claims = t.claims
         if claims is not None and threading.get_ident() == self._loop_thread:
             claims.ack(batch, lambda landed: self._landed(batch, landed))
-        else:
-            self._landed(batch, store.ack(batch))
+        elif t.store is not None:
+            self._landed(batch, t.store.ack(batch))
+        else:  # a late ack (acks_late) after this connection closed: the claim still holds
+            store = acquire_store(t.store_url, t.store_options)
+            try:
+                self._landed(batch, store.ack(batch))
+            finally:
+                release_store(store)
 
     @staticmethod
     def _landed(batch: list[Any], landed: set[int] | BaseException) -> None:

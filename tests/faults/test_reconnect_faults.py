@@ -26,7 +26,9 @@ def test_tasks_running_across_a_server_restart_complete(tmp_path):
     record = tmp_path / "record.tsv"
     with private_cluster() as cluster:
         target, opts, app, env = cluster_app(cluster, ALKSTORE_TEST_ACKS_LATE="1")
-        with worker_process(target, record, "-c", "2", "-P", "prefork", **env):
+        with worker_process(
+            target, record, "-c", "2", "-P", "prefork", log=tmp_path / "w.log", **env
+        ):
             app.send_task("tests.apps.proj.mark", ("warm",))
             wait_for(lambda: len(read_record(record)) == 1, 40)
             for i in range(2):

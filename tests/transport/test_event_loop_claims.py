@@ -70,3 +70,18 @@ def test_a_claim_answered_after_its_consumer_left_is_handed_back(hub_connection,
         assert [d.attempts for d in store.claim(["q"], 10)] == [1] * 5
     finally:
         store.close()
+
+
+def test_a_late_ack_after_its_connection_closed_still_lands(pg_target):
+    """acks_late across a reconnect: Celery acks through the old channel, whose
+    connection is closed; the claim still holds, so the ack must land."""
+    conn = Connection(pg_target.broker_url, transport_options=pg_target.transport_options)
+    queue = Queue("q", routing_key="q")
+    with conn.Producer() as producer:
+        producer.publish({"i": 1}, routing_key="q", declare=[queue])
+    message = queue(conn.default_channel).get(no_ack=False)
+    assert message is not None
+    conn.transport.lost = True  # as a connection error in the loop marks it: no hand-back
+    conn.close()
+    message.ack()
+    assert _counts(pg_target) == (0, 0, 0)
