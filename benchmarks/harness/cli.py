@@ -95,7 +95,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--profile",
         type=Path,
         metavar="DIR",
-        help="py-spy raw profiles of the alkstore-postgresql drain and latency phases into DIR",
+        help="py-spy raw profiles of the alkstore sessions' publish, drain and latency phases "
+        "into DIR",
     )
     p.add_argument(
         "--out",

@@ -35,7 +35,7 @@ class Config:
     scale_dead: int = 1_000_000  # (e) dead rows next to scale_small pending rows
     scale_tasks: int = 5000  # (e) tasks timed in each scaling session
     loglevel: str = "WARNING"
-    profile_dir: Path | None = None  # py-spy raw profiles of alkstore-postgresql sessions
+    profile_dir: Path | None = None  # py-spy raw profiles of the alkstore sessions
     nosync_options: dict | None = None
     publish_only: bool = False  # (a) only: no worker, no scaling
     revs: dict[str, Path] = field(default_factory=dict)  # rev → checkout path
@@ -202,7 +202,7 @@ def run_session(broker: str, pool: str, rep: int, cfg: Config, workdir: Path) ->
     spy: PySpy | None = None
     pss: StatStatements | None = None
     place: Place | None = None
-    profile = cfg.profile_dir is not None and base_name(broker) == "alkstore-postgresql"
+    profile = cfg.profile_dir is not None and base_name(broker).startswith("alkstore")
     try:
         place = make_place(broker, workdir, cfg.nosync_options)
         worker_env, client_env = session_env(place, record, counted, workdir, cfg)
@@ -212,7 +212,7 @@ def run_session(broker: str, pool: str, rep: int, cfg: Config, workdir: Path) ->
         client_env["BENCH_COUNT_SQL"] = str(client_counted)
         client = Client(workdir, client_env, logfile)
         if profile:
-            spy = PySpy(client.proc.pid, cfg.profile_dir / f"r{rep}-{pool}-publish.txt")
+            spy = PySpy(client.proc.pid, cfg.profile_dir / f"{tag}-publish.txt")
         got = client.call(["publish", str(cfg.tasks)], 120 + cfg.tasks / 20)
         out.values["publish"] = cfg.tasks / got["seconds"]
         if spy is not None:
@@ -230,7 +230,7 @@ def run_session(broker: str, pool: str, rep: int, cfg: Config, workdir: Path) ->
         # (b) drain: a worker started on the backlog; first task start → last task end.
         worker = Worker(workdir, worker_env, logfile, pool, cfg.loglevel)
         if profile:
-            spy = PySpy(worker.pid, cfg.profile_dir / f"r{rep}-{pool}-drain.txt")
+            spy = PySpy(worker.pid, cfg.profile_dir / f"{tag}-drain.txt")
         done = wait_records(record, "drain", cfg.tasks, worker, "drain")
         if spy is not None:
             spy.stop()
@@ -249,7 +249,7 @@ def run_session(broker: str, pool: str, rep: int, cfg: Config, workdir: Path) ->
         time.sleep(cfg.pause)
         before = sql_count(counted) if counted.exists() else None
         if profile:
-            spy = PySpy(worker.pid, cfg.profile_dir / f"r{rep}-{pool}-latency.txt")
+            spy = PySpy(worker.pid, cfg.profile_dir / f"{tag}-latency.txt")
         got = client.call(
             ["probe", str(cfg.samples), str(SEND_INTERVAL)], 120 + cfg.samples * SEND_INTERVAL * 2
         )
