@@ -96,6 +96,8 @@ class Channel(virtual.Channel):
         self._no_ack_queues: set[str] = set()
         #: A claim sent without waiting (``request_claim``) is not answered yet.
         self.claiming = False
+        #: A wake-up came while it was in flight: claim again once it is answered.
+        self._claim_again = False
 
     # ----------------------------------------------------------------- publish
     def _put(self, queue: str, message: dict, **kwargs: Any) -> None:
@@ -275,6 +277,8 @@ class Channel(virtual.Channel):
         """Send one claim (sized by QoS) without waiting; deliver when it is answered.
         One claim at a time per channel, so the batch never exceeds the free slots."""
         if self.claiming:
+            # The job that woke us may have committed after the claim in flight looked.
+            self._claim_again = True
             return
         limit = self._batch_size()
         self.claiming = True
@@ -288,6 +292,7 @@ class Channel(virtual.Channel):
 
     def _on_claimed(self, got: list[Delivery] | BaseException, more: bool, limit: int) -> None:
         self.claiming = False
+        again, self._claim_again = self._claim_again, False
         if isinstance(got, BaseException):
             raise got
         # The consumer may have gone while the claim was in flight: hand those back.
@@ -295,7 +300,7 @@ class Channel(virtual.Channel):
         gone = [d for d in got if d.queue not in consumed]
         if gone:
             self._hand_back(gone)
-        self.connection.on_batch(self, more or len(got) >= limit)
+        self.connection.on_batch(self, more or again or len(got) >= limit)
         if len(gone) < len(got):
             self._dispatch([d for d in got if d.queue in consumed])
 

@@ -1,9 +1,11 @@
 """The transport in a kombu event loop (the hub a Celery worker runs) on PostgreSQL:
-claims sent without waiting are delivered when answered, and a claim answered after
-its consumer left is handed back, not delivered and not dead-lettered."""
+claims sent without waiting are delivered when answered, a wake-up during a claim in
+flight is not lost, a claim answered after its consumer left is handed back (not
+delivered, not dead-lettered), and a late ack after its connection closed still lands."""
 
 from __future__ import annotations
 
+import select
 import time
 
 import pytest
@@ -85,3 +87,21 @@ def test_a_late_ack_after_its_connection_closed_still_lands(pg_target):
     conn.close()
     message.ack()
     assert _counts(pg_target) == (0, 0, 0)
+
+
+def test_a_wake_up_during_a_claim_in_flight_claims_again(hub_connection, pg_target):
+    """The claim in flight may have looked before the job that woke us committed: the
+    wake-up must not be swallowed by the one-claim-at-a-time rule."""
+    conn, consumer, got, _ = hub_connection
+    transport, claims = conn.transport, conn.transport.claims
+    consumer.channel.request_claim(claims)
+    assert select.select([claims.fileno()], [], [], 5)[0]  # claimed; answer not read yet
+    with conn.Producer() as producer:
+        producer.publish({"i": 5}, routing_key="q")  # commits after the claim looked
+    assert select.select([transport.waiter.fileno()], [], [], 5)[0]
+    transport._on_readable()  # its NOTIFY, while the claim is still in flight
+    claims.on_readable()
+    assert sorted(m.payload["i"] for m in got) == list(range(5))
+    transport._on_tick()  # the loop's next turn claims again
+    claims.wait()
+    assert sorted(m.payload["i"] for m in got) == list(range(6))
