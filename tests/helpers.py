@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psycopg
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
 
@@ -151,3 +152,19 @@ def cluster_app(cluster, **env_extra: str) -> tuple[Target, dict, Celery, dict[s
     opts = dict(target.transport_options, polling_interval=1.0)
     env = {"ALKSTORE_TEST_OPTIONS": json.dumps(opts), **env_extra}
     return target, opts, make_app(target, transport_options=opts), env
+
+
+def refuse_poison(target, event: str) -> None:
+    """PostgreSQL: make every ``event`` (INSERT or UPDATE) of a job on the queue 'poison'
+    fail with 'refused by test' (a trigger in the test's own schema)."""
+    assert event in ("INSERT", "UPDATE")
+    schema = target.schema
+    with psycopg.connect(target.url, autocommit=True) as conn:
+        conn.execute(
+            f"""CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN RAISE EXCEPTION 'refused by test'; END $$"""
+        )
+        conn.execute(
+            f"""CREATE TRIGGER refuse BEFORE {event} ON "{schema}".jobs FOR EACH ROW
+            WHEN (NEW.queue = 'poison') EXECUTE FUNCTION "{schema}".refuse()"""
+        )

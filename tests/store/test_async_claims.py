@@ -13,6 +13,8 @@ import time
 import psycopg
 import pytest
 
+from tests.helpers import refuse_poison
+
 
 @pytest.fixture
 def pg(pg_target):
@@ -73,16 +75,7 @@ def test_answers_come_back_in_send_order(pg, claims):
 
 
 def test_a_refused_statement_fails_only_its_own_callback(pg, pg_target, claims):
-    schema = pg_target.schema
-    with psycopg.connect(pg_target.url, autocommit=True) as conn:
-        conn.execute(
-            f"""CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN RAISE EXCEPTION 'refused by test'; END $$"""
-        )
-        conn.execute(
-            f"""CREATE TRIGGER refuse BEFORE UPDATE ON "{schema}".jobs FOR EACH ROW
-            WHEN (NEW.queue = 'poison') EXECUTE FUNCTION "{schema}".refuse()"""
-        )
+    refuse_poison(pg_target, "UPDATE")
     pg.enqueue("poison", b"x", msg_id="bad")
     pg.enqueue("q", b"x", msg_id="good")
     answers = Answers()

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from kombu_alkstore.store import NewJob
+from tests.helpers import refuse_poison
 
 N = 400
 
@@ -66,16 +67,7 @@ def test_a_lost_connection_resends_what_was_not_confirmed(pipelined, pg_target):
 
 
 def test_a_refused_publish_is_retried_then_raised_and_others_land(pipelined, pg_target):
-    schema = pg_target.schema
-    with psycopg.connect(pg_target.url, autocommit=True) as conn:
-        conn.execute(
-            f"""CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN RAISE EXCEPTION 'refused by test'; END $$"""
-        )
-        conn.execute(
-            f"""CREATE TRIGGER refuse BEFORE INSERT ON "{schema}".jobs FOR EACH ROW
-            WHEN (NEW.queue = 'poison') EXECUTE FUNCTION "{schema}".refuse()"""
-        )
+    refuse_poison(pg_target, "INSERT")
     pipelined.publish([NewJob("q", b"x", msg_id="before")])
     pipelined.publish([NewJob("poison", b"x", msg_id="bad")])  # returns: not yet known
     pipelined.publish([NewJob("q", b"x", msg_id="after")])
