@@ -280,6 +280,8 @@ class Channel(virtual.Channel):
             # The job that woke us may have committed after the claim in flight looked.
             self._claim_again = True
             return
+        if not self._active_queues:
+            return
         limit = self._batch_size()
         self.claiming = True
         try:
