@@ -87,9 +87,7 @@ class AsyncSession:
                 if readable:
                     self.on_readable()
         except psycopg.OperationalError as exc:
-            answered: list[tuple[Callback, list[tuple] | BaseException]] = []
-            self._fail(exc, answered)
-            self._run(answered)
+            self._fail(exc, [])
             raise
 
     def on_readable(self) -> None:
@@ -103,7 +101,6 @@ class AsyncSession:
                 raise psycopg.OperationalError("the claim connection was lost")
         except psycopg.OperationalError as exc:
             self._fail(exc, answered)
-            self._run(answered)
             raise
         self._run(answered)
 
@@ -117,10 +114,10 @@ class AsyncSession:
 
     def close(self) -> None:
         """Disconnect; statements still in flight fail (see the guarantees above)."""
-        answered: list[tuple[Callback, list[tuple] | BaseException]] = []
-        self._fail(psycopg.OperationalError("the claim connection was closed"), answered)
-        self._conn.close()
-        self._run(answered)
+        try:
+            self._fail(psycopg.OperationalError("the claim connection was closed"), [])
+        finally:
+            self._conn.close()
 
     # ------------------------------------------------------------------ plumbing
     def _take(self, result: pq.abc.PGresult | None, answered: list) -> None:
@@ -139,10 +136,12 @@ class AsyncSession:
             self._rows = psycopg.OperationalError("pipeline aborted")
 
     def _fail(self, exc: BaseException, answered: list) -> None:
-        """The connection is gone: every statement in flight gets ``exc``."""
+        """The connection is gone: run the callbacks already ``answered``, then give
+        ``exc`` to every statement still in flight."""
         self.broken = True
         answered += [(callback, exc) for callback in self._waiting]
         self._waiting.clear()
+        self._run(answered)
 
     @staticmethod
     def _run(answered: list[tuple[Callback, list[tuple] | BaseException]]) -> None:

@@ -291,8 +291,7 @@ class PostgresStore(Store):
             connect_timeout=10,
             options="-c synchronous_commit=off",  # as the fast pool (see __init__)
         )
-        keys = ("claim_one", "claim_any", "ack")
-        return AsyncClaims(self, AsyncSession(conn, {k: self._sql[k] for k in keys}))
+        return AsyncClaims(self, conn)
 
     def has_due(self, queues: Sequence[str]) -> bool:
         row = self._one("has_due", {"queues": list(queues)})
@@ -390,7 +389,6 @@ class PostgresStore(Store):
         if names:
             self._run("touch_queues", {"names": list(names)})
 
-    # -------------------------------------------------------------------- leases
     # ----------------------------------------------------------------- schedules
     @contextmanager
     def schedule_tick(self) -> Iterator[Any]:
@@ -459,28 +457,13 @@ def _deliveries(rows: list[tuple]) -> tuple[list[Delivery], bool]:
     return [Delivery(*r[:9], r[10]) for r in claimed], len(claimed) < len(rows)
 
 
-class AsyncClaims:
+class AsyncClaims(AsyncSession):
     """The store's claim and ack for an event loop: sent at once, answered by callback
     from :meth:`on_readable` (see :mod:`.async_session` for the guarantees)."""
 
-    def __init__(self, store: PostgresStore, session: AsyncSession) -> None:
+    def __init__(self, store: PostgresStore, conn: psycopg.Connection) -> None:
+        super().__init__(conn, {k: store._sql[k] for k in ("claim_one", "claim_any", "ack")})
         self._store = store
-        self._session = session
-
-    def fileno(self) -> int:
-        return self._session.fileno()
-
-    def in_flight(self) -> int:
-        return self._session.in_flight()
-
-    def on_readable(self) -> None:
-        self._session.on_readable()
-
-    def wait(self) -> None:
-        self._session.wait()
-
-    def close(self) -> None:
-        self._session.close()
 
     def claim(
         self,
@@ -499,7 +482,7 @@ class AsyncClaims:
             else:
                 callback(*_deliveries(rows))
 
-        self._session.send(_claim_key(queues), params, answered)
+        self.send(_claim_key(queues), params, answered)
 
     def ack(
         self, deliveries: Sequence[Delivery], callback: Callable[[set[int] | BaseException], None]
@@ -510,7 +493,7 @@ class AsyncClaims:
         def answered(rows: list[tuple] | BaseException) -> None:
             callback(rows if isinstance(rows, BaseException) else {r[0] for r in rows})
 
-        self._session.send("ack", PostgresStore._arrays(list(deliveries)), answered)
+        self.send("ack", PostgresStore._arrays(list(deliveries)), answered)
 
 
 def _identify(conn: psycopg.Connection, jobs: str) -> tuple:

@@ -334,7 +334,6 @@ class SQLiteStore(Store):
         if names:
             self._run("touch_queues", {"names": json.dumps(list(names))})
 
-    # -------------------------------------------------------------------- leases
     # ----------------------------------------------------------------- schedules
     @contextmanager
     def schedule_tick(self) -> Iterator[Any]:

@@ -49,7 +49,7 @@ class TransportOptions:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is None or f.type == "bool":
+            if value is None or isinstance(f.default, bool):
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigurationError(

@@ -98,7 +98,7 @@ def test_a_lost_connection_fails_every_callback_and_loses_no_job(pg, pg_target, 
     claims.wait()
     held = answers[0][1]
     with psycopg.connect(pg_target.url, autocommit=True) as conn:
-        conn.execute("SELECT pg_terminate_backend(%s)", (claims._session._conn.info.backend_pid,))
+        conn.execute("SELECT pg_terminate_backend(%s)", (claims._conn.info.backend_pid,))
     time.sleep(0.2)
     answers.clear()
     with pytest.raises(psycopg.OperationalError):
