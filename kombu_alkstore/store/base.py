@@ -170,9 +170,21 @@ class Wakeup:
     next_at: float | None = None
     #: Exchanges or bindings changed (engines that announce it: PostgreSQL).
     routing: bool = False
+    #: Jobs a publisher handed to this waiter, already claimed: ``(channel number,
+    #: delivery)`` (PostgreSQL; see ``Channel.take_handoff``).
+    handoffs: list[tuple[int, Delivery]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return self.any or bool(self.queues)
+        return self.any or bool(self.queues) or bool(self.handoffs)
+
+    def merge(self, other: Wakeup) -> None:
+        """Add what ``other`` saw."""
+        self.queues |= other.queues
+        self.any |= other.any
+        self.routing |= other.routing
+        self.handoffs += other.handoffs
+        if other.next_at and (self.next_at is None or other.next_at < self.next_at):
+            self.next_at = other.next_at
 
 
 class Waiter(abc.ABC):
@@ -192,6 +204,10 @@ class Waiter(abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None: ...
+
+    def retire(self) -> list[tuple[int, Delivery]]:
+        """Withdraw this waiter's hand-off offers; return hand-offs that arrived meanwhile."""
+        return []
 
 
 def _is_number(value: Any) -> bool:

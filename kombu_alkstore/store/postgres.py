@@ -3,6 +3,8 @@ and ``LISTEN/NOTIFY`` wake-ups (payload: ``[run_at, queue]`` as JSON)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import json
 import os
@@ -10,6 +12,7 @@ import select
 import threading
 import time
 import weakref
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -70,6 +73,8 @@ class PostgresStore(Store):
         self._pid = os.getpid()
         t = self.tables
         self.channel = f"alkstore_{options.schema}"
+        #: The first key of the advisory locks that mark live waiters (see PostgresWaiter).
+        self.lockspace = zlib.crc32(self.channel.encode()) & 0x7FFFFFFF
         q = {
             name: t.qualified(getattr(t, name))
             for name in (
@@ -81,6 +86,7 @@ class PostgresStore(Store):
                 "schedules",
                 "leases",
                 "meta",
+                "waiters",
             )
         }
         self._sql = {k: v.format(**q, due="{due}") for k, v in _SQL.items()}
@@ -219,6 +225,10 @@ class PostgresStore(Store):
             "run_at": j.run_at,
             "delay": j.delay,
             "channel": self.channel,
+            # A job published inside the caller's transaction is never handed off: the
+            # waiter's row would stay locked for as long as that transaction runs.
+            "handoff": AMBIENT.get() is None,
+            "lockspace": self.lockspace,
         }
 
     def _insert(self, jobs: list[NewJob]) -> list[int]:
@@ -339,6 +349,7 @@ class PostgresStore(Store):
         params = {
             "retention": self.options.dead_letter_retention,
             "grace": self.options.queue_expiry_grace,
+            "lockspace": self.lockspace,
         }
         row = self._one("sweep", params)
         assert row is not None
@@ -400,8 +411,8 @@ class PostgresStore(Store):
                 AMBIENT.reset(token)
 
     # -------------------------------------------------------------------- wakeup
-    def waiter(self) -> Waiter:
-        return PostgresWaiter(self.url.conninfo, self.channel)
+    def waiter(self) -> PostgresWaiter:
+        return PostgresWaiter(self, self.url.conninfo)
 
     # ------------------------------------------------------ transactional publish
     def _adopt(self, connection: Any) -> psycopg.Connection:
@@ -462,7 +473,8 @@ class AsyncClaims(AsyncSession):
     from :meth:`on_readable` (see :mod:`.async_session` for the guarantees)."""
 
     def __init__(self, store: PostgresStore, conn: psycopg.Connection) -> None:
-        super().__init__(conn, {k: store._sql[k] for k in ("claim_one", "claim_any", "ack")})
+        keys = ("claim_one", "claim_any", "ack", "register")
+        super().__init__(conn, {k: store._sql[k] for k in keys})
         self._store = store
 
     def claim(
@@ -494,6 +506,20 @@ class AsyncClaims(AsyncSession):
             callback(rows if isinstance(rows, BaseException) else {r[0] for r in rows})
 
         self.send("ack", PostgresStore._arrays(list(deliveries)), answered)
+
+    def register(
+        self,
+        pid: int,
+        chan: int,
+        queues: Sequence[str],
+        slots: int,
+        callback: Callable[[list[tuple] | BaseException], None],
+    ) -> None:
+        """Offer ``slots`` of channel ``chan`` of the waiter ``pid`` to publishers of
+        ``queues``: each new due job may then be handed to it directly (see the "insert"
+        statement). No queues withdraws the offer."""
+        params = {"pid": pid, "chan": chan, "queues": list(queues), "slots": int(slots)}
+        self.send("register", params, callback)
 
 
 def _identify(conn: psycopg.Connection, jobs: str) -> tuple:
@@ -535,13 +561,25 @@ def close_all_waiters() -> None:
 
 
 class PostgresWaiter(Waiter):
-    """A dedicated autocommit connection LISTENing on the store's channel."""
+    """A dedicated autocommit connection LISTENing on the store's channel.
 
-    def __init__(self, conninfo: str, channel: str) -> None:
+    It also takes hand-offs: while it lives its backend holds the advisory lock
+    ``(lockspace, pid)``, which tells publishers its offers (rows in ``waiters`` under its
+    ``pid``) are live, and it LISTENs on its own channel, where a publisher sends a job it
+    handed to one of its channels.
+    """
+
+    def __init__(self, store: PostgresStore, conninfo: str) -> None:
         self._conn = psycopg.connect(conninfo, autocommit=True)
         _waiters.add(self)
-        self._conn.execute(f'LISTEN "{channel}"')  # channel: from a validated identifier
-        self._pid = os.getpid()
+        self._store = store
+        self._conn.execute(f'LISTEN "{store.channel}"')  # from a validated identifier
+        self.pid: int = self._conn.info.backend_pid
+        self._conn.execute("SELECT pg_advisory_lock(%s, %s)", (store.lockspace, self.pid))
+        self._conn.execute(f'LISTEN "{HANDOFF_CHANNEL}{self.pid}"')
+        # Offers left by an earlier backend with the same pid are not ours.
+        self._conn.execute(store._sql["waiter_start"], {"pid": self.pid})
+        self._owner = os.getpid()
 
     def fileno(self) -> int | None:
         return self._conn.fileno()
@@ -555,21 +593,19 @@ class PostgresWaiter(Waiter):
                 if payload == "routing":
                     wake.routing = True
                     continue
+                if payload[0] == "h":
+                    wake.handoffs.append(_handoff(payload))
+                    continue
                 run_at, queue = payload
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, IndexError, binascii.Error):
                 wake.any = True
                 continue
             if run_at is None or run_at <= now + 0.001:
                 wake.queues.add(queue)
             elif wake.next_at is None or run_at < wake.next_at:
                 wake.next_at = run_at
-        if timeout and wake.queues:  # pick up the rest of a burst without blocking
-            more = self._collect(0)
-            wake.queues |= more.queues
-            wake.any |= more.any
-            wake.routing |= more.routing
-            if more.next_at and (wake.next_at is None or more.next_at < wake.next_at):
-                wake.next_at = more.next_at
+        if timeout and wake:  # pick up the rest of a burst without blocking
+            wake.merge(self._collect(0))
         return wake
 
     def poll(self) -> Wakeup:
@@ -579,9 +615,37 @@ class PostgresWaiter(Waiter):
         ready, _, _ = select.select([self._conn.fileno()], [], [], max(timeout, 0))
         return self._collect(0) if ready else Wakeup()
 
+    def retire(self) -> list[tuple[int, Delivery]]:
+        """Withdraw every offer of this waiter; return the jobs handed to it that arrived
+        meanwhile (the caller hands them back)."""
+        self._conn.execute(self._store._sql["waiter_start"], {"pid": self.pid})
+        # A publisher that took an offer committed before the DELETE could: its
+        # notification was sent before the DELETE's answer, so it is read here.
+        return self._collect(0).handoffs
+
     def close(self) -> None:
-        if os.getpid() == self._pid:
+        if os.getpid() == self._owner:
             self._conn.close()
+
+
+def _handoff(payload: list) -> tuple[int, Delivery]:
+    """``(channel number, delivery)`` from a hand-off notification (see "insert")."""
+    _, chan, id_, token, queue, priority, max_attempts, backoff_base, deadline, msg_id, body = (
+        payload
+    )
+    delivery = Delivery(
+        id_,
+        token,
+        queue,
+        base64.b64decode(body),
+        priority,
+        1,
+        max_attempts,
+        backoff_base,
+        deadline,
+        msg_id,
+    )
+    return chan, delivery
 
 
 # The claim's candidates. "queue = %s" lets the planner walk the claim index in order and
@@ -612,25 +676,77 @@ _DUE_ANY = f"""
   LIMIT %(limit)s
 """
 
+#: The hand-off notification carries the job: at most this many bytes of body, queue and
+#: message id (base64 and the other fields stay under NOTIFY's 8000-byte payload limit).
+HANDOFF_MAX_BYTES = 5000
+#: A waiter's own notification channel is this prefix and its backend pid.
+HANDOFF_CHANNEL = "alkstore_w"
 _NOTIFY = "pg_notify(%(channel)s, json_build_array({run_at}, {queue})::text)"
 
 _SQL: dict[str, str] = {
     "version": "SELECT value FROM {meta} WHERE key = 'schema_version'",
+    # A new due job goes to an idle consumer that offered a slot (a live row in
+    # "waiters") already claimed, and the notification carries it, so the consumer starts
+    # it without a claim round trip. Otherwise it is pending and announced on the channel.
     "insert": f"""
 WITH q AS (SELECT * FROM {{queues}} WHERE name = %(queue)s),
+v AS (
+  SELECT COALESCE({NOW} + %(delay)s::float8, %(run_at)s::float8, {NOW}) AS run_at,
+         COALESCE(%(expires_at)s::float8, {NOW} + (SELECT message_ttl FROM q)) AS expires_at,
+         COALESCE(%(ma)s::int, (SELECT max_attempts FROM q), %(d_ma)s::int) AS max_attempts,
+         COALESCE(%(vt)s::float8, (SELECT visibility_timeout FROM q), %(d_vt)s::float8) AS vt,
+         COALESCE(%(bb)s::float8, (SELECT backoff_base FROM q), %(d_bb)s::float8) AS bb,
+         {NOW} AS now
+),
+w AS (
+  UPDATE {{waiters}} w SET slots = w.slots - 1
+  FROM (
+    SELECT x.pid, x.chan FROM {{waiters}} x, v
+    WHERE %(handoff)s::boolean AND x.queue = %(queue)s AND x.slots > 0
+      AND v.run_at <= v.now AND (v.expires_at IS NULL OR v.expires_at > v.now)
+      AND octet_length(%(body)s::bytea) + octet_length(%(queue)s::text)
+          + octet_length(COALESCE(%(msg_id)s::text, '')) <= {HANDOFF_MAX_BYTES}
+      -- a live waiter holds this lock; a dead one's row is skipped (and swept)
+      AND NOT pg_try_advisory_xact_lock_shared(%(lockspace)s::int, x.pid)
+    LIMIT 1
+    FOR UPDATE OF x SKIP LOCKED
+  ) pick
+  WHERE w.pid = pick.pid AND w.chan = pick.chan AND w.queue = %(queue)s
+  RETURNING w.pid, w.chan
+),
 ins AS (
   INSERT INTO {{jobs}} (queue, msg_id, body, priority, run_at, expires_at, max_attempts,
-                       visibility_timeout, backoff_base, created_at)
-  SELECT %(queue)s, %(msg_id)s, %(body)s, %(priority)s,
-         COALESCE({NOW} + %(delay)s::float8, %(run_at)s::float8, {NOW}),
-         COALESCE(%(expires_at)s::float8, {NOW} + (SELECT message_ttl FROM q)),
-         COALESCE(%(ma)s::int, (SELECT max_attempts FROM q), %(d_ma)s::int),
-         COALESCE(%(vt)s::float8, (SELECT visibility_timeout FROM q), %(d_vt)s::float8),
-         COALESCE(%(bb)s::float8, (SELECT backoff_base FROM q), %(d_bb)s::float8),
-         {NOW}
-  RETURNING id, queue, run_at
+                       visibility_timeout, backoff_base, created_at,
+                       state, attempts, token, deadline)
+  SELECT %(queue)s, %(msg_id)s, %(body)s::bytea, %(priority)s,
+         CASE WHEN w.pid IS NULL THEN v.run_at ELSE v.now + v.vt END,
+         v.expires_at, v.max_attempts, v.vt, v.bb, v.now,
+         CASE WHEN w.pid IS NULL THEN 'pending' ELSE 'processing' END,
+         CASE WHEN w.pid IS NULL THEN 0 ELSE 1 END,
+         CASE WHEN w.pid IS NULL THEN NULL ELSE floor(random() * 9000000000000000000)::bigint END,
+         CASE WHEN w.pid IS NULL THEN NULL ELSE v.now + v.vt END
+  FROM v LEFT JOIN w ON true
+  RETURNING id, queue, run_at, token, priority, max_attempts, backoff_base, deadline, msg_id,
+            body
 )
-SELECT id, {_NOTIFY.format(run_at="run_at", queue="queue")} FROM ins""",
+SELECT ins.id, CASE
+  WHEN w.pid IS NULL THEN {_NOTIFY.format(run_at="ins.run_at", queue="ins.queue")}
+  ELSE pg_notify('{HANDOFF_CHANNEL}' || w.pid, json_build_array(
+    'h', w.chan, ins.id, ins.token, ins.queue, ins.priority, ins.max_attempts,
+    ins.backoff_base, ins.deadline, ins.msg_id, encode(ins.body, 'base64'))::text)
+  END
+FROM ins LEFT JOIN w ON true""",
+    # The offer of an idle channel (see "insert"): one row per queue; rows for queues it
+    # no longer consumes go.
+    "register": """
+WITH gone AS (
+  DELETE FROM {waiters}
+  WHERE pid = %(pid)s AND chan = %(chan)s AND NOT (queue = ANY(%(queues)s::text[]))
+)
+INSERT INTO {waiters} (pid, chan, queue, slots)
+SELECT %(pid)s, %(chan)s, qn.name, %(slots)s FROM unnest(%(queues)s::text[]) AS qn(name)
+ON CONFLICT (pid, chan, queue) DO UPDATE SET slots = EXCLUDED.slots""",
+    "waiter_start": "DELETE FROM {waiters} WHERE pid = %(pid)s",
     "claim": f"""
 WITH due AS ({{due}}),
 gone AS (
@@ -728,6 +844,9 @@ dropped AS (
 ),
 unbound AS (DELETE FROM {{bindings}} b USING dropped WHERE b.queue = dropped.name RETURNING 1),
 emptied AS (DELETE FROM {{jobs}} j USING dropped WHERE j.queue = dropped.name),
+stale AS (  -- offers of waiters that died (their lock is free)
+  DELETE FROM {{waiters}} w WHERE pg_try_advisory_xact_lock_shared(%(lockspace)s::int, w.pid)
+),
 bumped AS (
   UPDATE {{meta}} SET value = (value::bigint + 1)::text
   WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM unbound)

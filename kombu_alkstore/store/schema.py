@@ -28,7 +28,7 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 from .options import validate_identifier
 
 #: Bumped whenever the table layout changes; stored in the ``meta`` table.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the waiters table (hand-off to idle consumers)
 
 # SQLite only makes "INTEGER PRIMARY KEY" an alias of the rowid.
 _ID = BigInteger().with_variant(Integer(), "sqlite")
@@ -47,6 +47,7 @@ class Tables:
     schedules: Table
     leases: Table
     meta: Table
+    waiters: Table
 
     def qualified(self, table: Table) -> str:
         """The table name as written in SQL (quoted, schema-qualified on PostgreSQL)."""
@@ -191,7 +192,20 @@ def build_tables(schema: str, engine: str) -> Tables:
         Column("key", Text, primary_key=True),
         Column("value", Text, nullable=False),
     )
-    return Tables(md, jobs, dead, exchanges, bindings, queues, schedules, leases, meta)
+    # Idle consumers a publisher may hand a new job to directly (PostgreSQL): one row per
+    # (LISTEN backend, kombu channel, queue). ``pid`` also names the advisory lock that
+    # backend holds while it lives, so a row left by a dead worker is never used.
+    waiters = Table(
+        name("waiters"),
+        md,
+        Column("pid", Integer, nullable=False),
+        Column("chan", Integer, nullable=False),
+        Column("queue", Text, nullable=False),
+        Column("slots", Integer, nullable=False),
+        PrimaryKeyConstraint("pid", "chan", "queue"),
+    )
+    Index(name("waiters_queue"), waiters.c.queue)
+    return Tables(md, jobs, dead, exchanges, bindings, queues, schedules, leases, meta, waiters)
 
 
 def ddl_statements(schema: str, engine: str) -> list[str]:
@@ -214,6 +228,8 @@ def ddl_statements(schema: str, engine: str) -> list[str]:
         f"INSERT INTO {meta} (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}'), "
         "('routing_version', '0') ON CONFLICT (key) DO NOTHING"
     )
+    # An older layout was just brought up to date (the DDL above only adds what is new).
+    out.append(f"UPDATE {meta} SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version'")
     return out
 
 

@@ -98,6 +98,11 @@ class Channel(virtual.Channel):
         self.claiming = False
         #: A wake-up came while it was in flight: claim again once it is answered.
         self._claim_again = False
+        #: The last claim left no backlog, so free slots may be offered (Transport.offer).
+        self.idle = False
+        #: The offer publishers see, as this channel knows it: (slots, queues). A
+        #: publisher that takes a slot decrements it (see take_handoff).
+        self.offered: tuple[int, tuple[str, ...]] = (0, ())
 
     # ----------------------------------------------------------------- publish
     def _put(self, queue: str, message: dict, **kwargs: Any) -> None:
@@ -248,7 +253,15 @@ class Channel(virtual.Channel):
         queue = self._tag_to_queue.get(consumer_tag)
         if queue is not None:
             self._no_ack_queues.discard(queue)
-        return super().basic_cancel(consumer_tag)
+        try:
+            return super().basic_cancel(consumer_tag)
+        finally:
+            if self.connection is not None:
+                self.connection.offer(self)  # not for the queue any more
+
+    def free_slots(self) -> int:
+        """Prefetch slots free now (capped like a claim's batch)."""
+        return self._batch_size() if self.qos.can_consume() else 0
 
     def wants_batch(self) -> bool:
         """Enough free prefetch slots to make a claim worth a round trip (half of them),
@@ -302,9 +315,21 @@ class Channel(virtual.Channel):
         gone = [d for d in got if d.queue not in consumed]
         if gone:
             self._hand_back(gone)
-        self.connection.on_batch(self, more or again or len(got) >= limit)
+        full = more or again or len(got) >= limit
+        self.connection.on_batch(self, full)
         if len(gone) < len(got):
             self._dispatch([d for d in got if d.queue in consumed])
+        self.idle = not full
+        self.connection.offer(self)
+
+    def take_handoff(self, d: Delivery) -> None:
+        """A job a publisher handed to this channel's offer, already claimed for it."""
+        slots, queues = self.offered
+        self.offered = (max(slots - 1, 0), queues)
+        if self.closed or d.queue not in self._active_queues or not self.qos.can_consume():
+            self._hand_back([d])  # the offer changed while the job was on its way
+            return
+        self._dispatch([d])
 
     def _dispatch(self, deliveries: list[Delivery]) -> None:
         no_ack = [d for d in deliveries if d.queue in self._no_ack_queues]

@@ -45,6 +45,10 @@ class TransportOptions:
     #: PostgreSQL, in a worker's event loop: claims and acks are sent without waiting
     #: for their answers, which the loop reads when they arrive (``False``: they block).
     async_claims: bool = True
+    #: PostgreSQL, with ``async_claims``: an idle channel offers its free prefetch slots,
+    #: and a publisher hands it a new due job already claimed, in the notification, so the
+    #: task starts without a claim round trip (``False``: every job waits to be claimed).
+    handoff: bool = True
 
     def __post_init__(self) -> None:
         for f in fields(self):

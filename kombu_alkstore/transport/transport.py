@@ -66,6 +66,8 @@ class Transport(virtual.Transport):
         self.waiter: Waiter | None = None
         #: In the event loop on PostgreSQL: claims and acks that do not block it.
         self.claims: Any = None
+        #: Idle channels offer their free slots to publishers (see ``offer``).
+        self.handoff = self.options.handoff
         #: Every message this connection holds unacked, by delivery tag. After a lost
         #: connection they are neither handed back nor heartbeated any more: a task still
         #: running can ack late within its deadline, the rest come back after one
@@ -121,6 +123,8 @@ class Transport(virtual.Transport):
         super().close_connection(connection)
         if self.waiter is not None:
             with contextlib.suppress(Exception):  # already broken: nothing to release
+                self._hand_back_all([d for _, d in self.waiter.retire()])
+            with contextlib.suppress(Exception):
                 self.waiter.close()
             self.waiter = None
         if self.store is not None:
@@ -241,6 +245,7 @@ class Transport(virtual.Transport):
 
     def _on_readable(self, *args: Any) -> bool:
         wake = self._waiter().poll()
+        self._take_handoffs(wake)
         if wake.routing:
             self.routing.invalidate()
         if wake.next_at is not None:
@@ -257,6 +262,56 @@ class Transport(virtual.Transport):
         # A full batch means more may be waiting: claim again once acks free capacity.
         if self._starved:
             self._poll_all(batch=True, channels=list(self._starved))
+        for channel in self.channels:
+            if channel.idle:
+                self.offer(channel)  # acks freed slots: offer them
+
+    # ---------------------------------------------------------------- hand-off
+    def offer(self, channel: Any) -> None:
+        """Keep what ``channel`` offers publishers (hand-off) in line with its state: its
+        free prefetch slots while its last claim left no backlog, nothing otherwise.
+
+        Sent only when it changes, without waiting. While it stands, a publisher claims a
+        new due job for the channel and the notification carries it (``take_handoff``).
+        """
+        claims, waiter = self.claims, self.waiter
+        pid = getattr(waiter, "pid", None)
+        if claims is None or pid is None or not self.handoff:
+            return
+        queues: tuple[str, ...] = ()
+        if channel.idle and not channel.closed and channel._consumers:
+            queues = tuple(sorted(channel._active_queues))
+        slots = channel.free_slots() if queues else 0
+        offer = (slots, queues if slots else ())
+        if offer == channel.offered:
+            return
+        channel.offered = offer
+        claims.register(pid, channel.channel_id, offer[1], slots, self._offer_answered)
+
+    def _offer_answered(self, rows: list[tuple] | BaseException) -> None:
+        if isinstance(rows, psycopg.OperationalError):
+            return  # the claims in flight report the lost connection
+        if isinstance(rows, BaseException):  # e.g. tables older than hand-off
+            logger.warning("alkstore: hand-off disabled on this connection: %r", rows)
+            self.handoff = False
+
+    def _take_handoffs(self, wake: Any) -> None:
+        """Deliver the jobs publishers handed to this connection's channels."""
+        if not wake.handoffs:
+            return
+        by_id = {ch.channel_id: ch for ch in self.channels}
+        orphans = []
+        for chan, delivery in wake.handoffs:
+            channel = by_id.get(chan)
+            if channel is None:
+                orphans.append(delivery)
+            else:
+                channel.take_handoff(delivery)
+        self._hand_back_all(orphans)
+
+    def _hand_back_all(self, deliveries: list[Any]) -> None:
+        if deliveries and self.store is not None:
+            self.store.release(deliveries)
 
     def _learn_next_due(self) -> None:
         """Ask the store when the next delayed job is due (engines whose wake-ups don't say)."""
@@ -399,6 +454,7 @@ class Transport(virtual.Transport):
             if self._next_at is not None:
                 wait = min(wait, max(self._next_at - time.time(), 0))
             wake = waiter.wait(max(wait, 0))
+            self._take_handoffs(wake)
             learn = bool(wake) and fd_less(waiter)
             if wake.routing:
                 self.routing.invalidate()

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from kombu_alkstore.store import NewJob
+from kombu_alkstore.store.schema import SCHEMA_VERSION
 
 JOBS = 10_000
 CLAIMERS = 4
@@ -154,10 +155,10 @@ def test_eight_processes_run_setup_at_once(target, tmp_path):
 
     results = run_together(SETUP_WORKER, target, tmp_path / "setup", SETUPS)
 
-    assert [r["version"] for r in results] == [1] * SETUPS
+    assert [r["version"] for r in results] == [SCHEMA_VERSION] * SETUPS
     store = target.open(setup=False)  # the tables are there
     try:
-        assert store.schema_version() == 1
+        assert store.schema_version() == SCHEMA_VERSION
         jid = store.enqueue("q", b"x")
         assert [d.id for d in store.claim(["q"], 1)] == [jid]
     finally:

@@ -30,6 +30,7 @@ from kombu_alkstore.store import (
     open_store,
 )
 from kombu_alkstore.store.backoff import MAX_BACKOFF, backoff_delay, backoff_range
+from kombu_alkstore.store.schema import SCHEMA_VERSION
 
 PG_URL = os.environ.get("ALKSTORE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -77,9 +78,9 @@ def test_setup_is_idempotent(store, opener):
     jid = store.enqueue("q", b"kept")
     store.setup()
     store.setup()
-    assert store.schema_version() == 1
+    assert store.schema_version() == SCHEMA_VERSION
     other = opener()  # a second store on the same schema runs setup again
-    assert other.schema_version() == 1
+    assert other.schema_version() == SCHEMA_VERSION
     assert store.get_job(jid).body == b"kept"
     ddl = store.ddl()
     assert ddl and all(isinstance(s, str) for s in ddl)
@@ -1011,7 +1012,7 @@ def test_names_are_stored_and_claimed_as_data(store, name):
     store.exchange_delete(name)
     assert store.queue_delete(name) == 0
     assert total_jobs(store, "plain") == 1  # nothing else touched
-    assert store.schema_version() == 1
+    assert store.schema_version() == SCHEMA_VERSION
 
 
 # -------------------------------------------------------------------------- bad input

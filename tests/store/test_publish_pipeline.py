@@ -36,7 +36,7 @@ def _publisher_pids(url: str, schema: str) -> list[int]:
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT pid FROM pg_stat_activity WHERE query LIKE %s AND pid <> pg_backend_pid()",
-            (f'%"{schema}"."jobs"%',),
+            (f'%WITH q AS (SELECT * FROM "{schema}"."queues"%',),  # the publish statement
         ).fetchall()
     return [r[0] for r in rows]
 
