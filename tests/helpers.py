@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -168,3 +169,17 @@ def refuse_poison(target, event: str) -> None:
             f"""CREATE TRIGGER refuse BEFORE {event} ON "{schema}".jobs FOR EACH ROW
             WHEN (NEW.queue = 'poison') EXECUTE FUNCTION "{schema}".refuse()"""
         )
+
+
+def run_sql(target, script: str) -> None:
+    """Run SQL (one statement or a script) on the target's database, outside the store,
+    as a migration tool or an operator would."""
+    if target.engine == "postgresql":
+        with psycopg.connect(target.url, autocommit=True) as conn:
+            conn.execute(script)
+    else:
+        conn = sqlite3.connect(target.url.removeprefix("sqlite:///"))
+        try:
+            conn.executescript(script)
+        finally:
+            conn.close()

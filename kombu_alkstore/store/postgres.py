@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from ..errors import ConfigurationError, SchemaMissing, StoreUnavailable
+from ..errors import ConfigurationError, StoreUnavailable
 from .async_session import AsyncSession
 from .base import (
     AMBIENT,
@@ -37,7 +37,7 @@ from .base import (
 )
 from .options import StoreOptions, StoreURL, check_text_params, validate_name
 from .pipeline import PipelinedPublisher
-from .schema import SCHEMA_VERSION
+from .schema import SCHEMA_VERSION, require_current
 
 T = TypeVar("T")
 #: Seconds a statement waits for a pooled connection (the database may be down).
@@ -98,16 +98,9 @@ class PostgresStore(Store):
             with psycopg.connect(url.conninfo, autocommit=True, connect_timeout=10) as conn:
                 if options.setup:
                     self._setup(conn)
-                elif (
-                    conn.execute(
-                        "SELECT to_regclass(%s)", (self.tables.qualified(t.jobs),)
-                    ).fetchone()[0]
-                    is None
-                ):
-                    raise SchemaMissing(
-                        f"the alkstore tables are missing in schema {options.schema!r} of "
-                        f"{url.masked()}; run `kombu-alkstore setup` (or its DDL) first"
-                    )
+                else:
+                    where = f"schema {options.schema!r} of {url.masked()}"
+                    require_current(self._stored_version(conn), where)
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(
                 f"cannot connect to PostgreSQL at {url.masked()}: {str(exc).strip()}"

@@ -25,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
+from ..errors import SchemaMissing
 from .options import validate_identifier
 
 #: Bumped whenever the table layout changes; stored in the ``meta`` table.
@@ -206,6 +207,23 @@ def build_tables(schema: str, engine: str) -> Tables:
     )
     Index(name("waiters_queue"), waiters.c.queue)
     return Tables(md, jobs, dead, exchanges, bindings, queues, schedules, leases, meta, waiters)
+
+
+def require_current(stored: int | None, where: str) -> None:
+    """With ``setup=False``: raise :class:`SchemaMissing` unless the tables at ``where``
+    are there and at this package's :data:`SCHEMA_VERSION` (an older layout lacks what
+    the statements use; its upgrade only adds tables, see :func:`ddl_statements`)."""
+    if stored is None:
+        raise SchemaMissing(
+            f"the alkstore tables are missing in {where}; run `kombu-alkstore setup` "
+            "(or its DDL) first"
+        )
+    if stored < SCHEMA_VERSION:
+        raise SchemaMissing(
+            f"the alkstore tables in {where} are at schema version {stored}, this "
+            f"kombu-alkstore needs {SCHEMA_VERSION}; run `kombu-alkstore setup` (or apply "
+            "`kombu-alkstore setup --print`: it only adds what is new) first"
+        )
 
 
 def ddl_statements(schema: str, engine: str) -> list[str]:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import ConfigurationError, SchemaMissing, StoreUnavailable
+from ..errors import ConfigurationError, StoreUnavailable
 from .base import (
     AMBIENT,
     EXCHANGE_TYPES,
@@ -31,7 +31,7 @@ from .base import (
     Wakeup,
 )
 from .options import StoreOptions, StoreURL, check_text_params, validate_name
-from .schema import SCHEMA_VERSION
+from .schema import SCHEMA_VERSION, require_current
 
 _DEAD_COLS = (
     "id, queue, msg_id, body, priority, attempts, max_attempts, visibility_timeout, "
@@ -95,11 +95,8 @@ class SQLiteStore(Store):
             raise StoreUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         if options.setup:
             self.setup()
-        elif self.schema_version() is None:
-            raise SchemaMissing(
-                f"the alkstore tables are missing in {self.path!r} (prefix {options.schema!r}); "
-                "run `kombu-alkstore setup` (or its DDL) first"
-            )
+        else:
+            require_current(self.schema_version(), f"{self.path!r} (prefix {options.schema!r})")
 
     # ------------------------------------------------------------------ plumbing
     @contextmanager

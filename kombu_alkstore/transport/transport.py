@@ -142,6 +142,9 @@ class Transport(virtual.Transport):
         self._cancel_timers()
         for channel in list(self.channels):
             channel.do_restore = False
+        if self.waiter is not None:
+            with contextlib.suppress(Exception):
+                self.waiter.close()  # its lock goes with it: publishers skip its offers
         self.waiter = None
 
     def _cancel_timers(self) -> None:

@@ -7,6 +7,7 @@ import json
 from conftest import run_cli
 
 from kombu_alkstore.cli import decode
+from tests.helpers import run_sql
 
 
 def not_set_up(r) -> bool:
@@ -32,21 +33,6 @@ def test_setup_applies_ddl_then_status_works(target):
     assert "no messages in any queue" in r.out
 
 
-def apply_script(target, script: str) -> None:
-    """Run a printed DDL script as a migration tool would (not through the store)."""
-    if target.engine == "postgresql":
-        import psycopg
-
-        with psycopg.connect(target.url, autocommit=True) as conn:
-            conn.execute(script)
-    else:
-        import sqlite3
-
-        conn = sqlite3.connect(target.url.removeprefix("sqlite:///"))
-        conn.executescript(script)
-        conn.close()
-
-
 def test_setup_print_is_the_engines_ddl(target):
     r = run_cli(target, "setup", "--print")
     assert r.code == 0, r.err
@@ -60,8 +46,8 @@ def test_setup_print_is_the_engines_ddl(target):
     # Printing creates nothing.
     assert not_set_up(run_cli(target, "status"))
     # Applied as a migration (twice: it is idempotent), the store opens with setup off.
-    apply_script(target, r.out)
-    apply_script(target, r.out)
+    run_sql(target, r.out)
+    run_sql(target, r.out)
     r = run_cli(target, "status")
     assert r.code == 0 and "no messages" in r.out
     store = target.open(setup=False)

@@ -31,6 +31,7 @@ from kombu_alkstore.store import (
 )
 from kombu_alkstore.store.backoff import MAX_BACKOFF, backoff_delay, backoff_range
 from kombu_alkstore.store.schema import SCHEMA_VERSION
+from tests.helpers import run_sql
 
 PG_URL = os.environ.get("ALKSTORE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -90,6 +91,23 @@ def test_setup_is_idempotent(store, opener):
 def test_setup_off_on_missing_tables_is_a_clear_error(target):
     with pytest.raises(SchemaMissing, match=target.schema):
         target.open(setup=False)
+
+
+def test_setup_off_on_an_older_layout_is_a_clear_error_and_setup_upgrades_it(store, target):
+    meta = store.tables.qualified(store.tables.meta)
+    waiters = store.tables.qualified(store.tables.waiters)
+    jid = store.enqueue("q", b"kept")
+    run_sql(target, f"DROP TABLE {waiters}")  # as version 1 had it
+    run_sql(target, f"UPDATE {meta} SET value = '1' WHERE key = 'schema_version'")
+    with pytest.raises(SchemaMissing, match=rf"schema version 1, .* needs {SCHEMA_VERSION}"):
+        target.open(setup=False)
+    upgraded = target.open()  # setup=True adds what is new
+    try:
+        assert upgraded.schema_version() == SCHEMA_VERSION
+        assert upgraded.get_job(jid).body == b"kept"
+        target.open(setup=False).close()
+    finally:
+        upgraded.close()
 
 
 # ---------------------------------------------------------------------------- enqueue
