@@ -279,8 +279,8 @@ class Transport(virtual.Transport):
         """
         claims, waiter = self.claims, self.waiter
         pid = getattr(waiter, "pid", None)
-        if claims is None or pid is None or not self.handoff:
-            return
+        if claims is None or pid is None or not self.handoff or not self.acks.in_loop_thread():
+            return  # (a cancel from another thread: the offer goes at close, see retire)
         queues: tuple[str, ...] = ()
         if channel.idle and not channel.closed and channel._consumers:
             queues = tuple(sorted(channel._active_queues))
@@ -488,7 +488,7 @@ class AckBuffer:
     def add(self, delivery: Any) -> None:
         with self._lock:
             self._pending.append(delivery)
-            deferred = self._loop is not None and threading.get_ident() == self._loop_thread
+            deferred = self.in_loop_thread()
             if deferred and not self._scheduled:
                 self._scheduled = True
                 self._loop.call_later(
@@ -496,6 +496,11 @@ class AckBuffer:
                 )
         if not deferred:
             self.flush()
+
+    def in_loop_thread(self) -> bool:
+        """Whether the caller runs in the event loop's thread (the only one that may use
+        the transport's claims connection)."""
+        return self._loop is not None and threading.get_ident() == self._loop_thread
 
     def flush(self) -> None:
         with self._lock:
@@ -505,7 +510,7 @@ class AckBuffer:
             return
         t = self.transport
         claims = t.claims
-        if claims is not None and threading.get_ident() == self._loop_thread:
+        if claims is not None and self.in_loop_thread():
             claims.ack(batch, lambda landed: self._landed(batch, landed))
         elif t.store is not None:
             self._landed(batch, t.store.ack(batch))
