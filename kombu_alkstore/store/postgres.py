@@ -701,6 +701,7 @@ w AS (
           + octet_length(COALESCE(%(msg_id)s::text, '')) <= {HANDOFF_MAX_BYTES}
       -- a live waiter holds this lock; a dead one's row is skipped (and swept)
       AND NOT pg_try_advisory_xact_lock_shared(%(lockspace)s::int, x.pid)
+    ORDER BY x.slots DESC  -- the idlest: a burst spreads over the idle workers
     LIMIT 1
     FOR UPDATE OF x SKIP LOCKED
   ) pick

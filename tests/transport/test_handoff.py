@@ -192,9 +192,11 @@ def test_idle_workers_take_paced_tasks_exactly_once(pg_target, tmp_path):
                     time.sleep(0.01)  # bursts and pauses: hand-offs and claims both
         wait_for(lambda: len(read_record(record)) >= 300, 120, interval=0.2)
         time.sleep(1.5)  # anything executed twice would show up now
-    counts = collections.Counter(row[0] for row in read_record(record))
+    rows = read_record(record)
+    counts = collections.Counter(row[0] for row in rows)
     assert sorted(counts) == sorted(f"t{i}" for i in range(300))
     assert [k for k, c in counts.items() if c > 1] == []
+    assert len({row[3] for row in rows}) == 2, "a burst is spread over the idle workers"
 
 
 def test_a_worker_killed_while_idle_gets_no_new_task(pg_target, tmp_path):
