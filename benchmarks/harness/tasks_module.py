@@ -93,7 +93,9 @@ def _bump(statement="", params=None):
 def count_statements(path):
     """Count this process's broker statements/commands; write the count 4 times a second.
 
-    psycopg: Cursor.execute/executemany calls; sqlite3: statements seen by a trace
+    psycopg: Cursor.execute/executemany calls, and alkstore's statements sent in libpq
+    pipeline mode (claims, acks and hand-off offers in the event loop, pipelined
+    publishes); sqlite3: statements seen by a trace
     callback on every connection opened through sqlite3.connect; redis-py: commands sent
     (one per send_command, one per command of a pipeline).
     """
@@ -108,6 +110,27 @@ def count_statements(path):
                 return _original(self, query, params, *args, **kwargs)
 
             setattr(psycopg.Cursor, name, counted)
+    except ImportError:
+        pass
+
+    try:  # statements alkstore writes to a connection in pipeline mode, past psycopg's cursor
+        from kombu_alkstore.store.async_session import AsyncSession
+        from kombu_alkstore.store.pipeline import PipelinedPublisher
+
+        original_send = AsyncSession.send
+
+        def async_send(self, key, params, callback, _original=original_send):
+            _bump("(pipeline) " + key, params)
+            return _original(self, key, params, callback)
+
+        original_publish = PipelinedPublisher.send
+
+        def pipelined(self, batch, _original=original_publish):
+            for row in batch:
+                _bump("(pipeline) publish", row)
+            return _original(self, batch)
+
+        AsyncSession.send, PipelinedPublisher.send = async_send, pipelined
     except ImportError:
         pass
 
