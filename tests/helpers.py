@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 import psycopg
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
+from kombu import Connection, Queue
+from kombu.asynchronous import Hub
 
 import kombu_alkstore  # noqa: F401
 
@@ -183,3 +185,33 @@ def run_sql(target, script: str) -> None:
             conn.executescript(script)
         finally:
             conn.close()
+
+
+@contextmanager
+def consumer_in_hub(target, prefetch_count: int | None = None) -> Iterator[tuple]:
+    """A kombu consumer of queue "q" registered with a real kombu ``Hub`` (the event loop a
+    Celery worker runs): ``(connection, consumer, messages received, hub)``; closed after."""
+    conn = Connection(target.broker_url, transport_options=target.transport_options)
+    conn.connect()
+    hub = Hub()
+    got: list = []
+    consumer = conn.Consumer(
+        [Queue("q", routing_key="q")], callbacks=[lambda body, message: got.append(message)]
+    )
+    if prefetch_count is not None:
+        consumer.qos(prefetch_count=prefetch_count)
+    consumer.consume()
+    conn.transport.register_with_event_loop(conn.connection, hub)
+    try:
+        yield conn, consumer, got, hub
+    finally:
+        conn.close()
+        hub.close()
+
+
+def run_until(hub, predicate: Callable[[], object], timeout: float = 10) -> None:
+    """Turn the event loop until ``predicate`` holds; AssertionError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in the loop"
+        hub.run_once()

@@ -405,7 +405,7 @@ class PostgresStore(Store):
 
     # -------------------------------------------------------------------- wakeup
     def waiter(self) -> PostgresWaiter:
-        return PostgresWaiter(self, self.url.conninfo)
+        return PostgresWaiter(self)
 
     # ------------------------------------------------------ transactional publish
     def _adopt(self, connection: Any) -> psycopg.Connection:
@@ -562,8 +562,8 @@ class PostgresWaiter(Waiter):
     handed to one of its channels.
     """
 
-    def __init__(self, store: PostgresStore, conninfo: str) -> None:
-        self._conn = psycopg.connect(conninfo, autocommit=True)
+    def __init__(self, store: PostgresStore) -> None:
+        self._conn = psycopg.connect(store.url.conninfo, autocommit=True)
         _waiters.add(self)
         self._store = store
         self._conn.execute(f'LISTEN "{store.channel}"')  # from a validated identifier
@@ -571,7 +571,7 @@ class PostgresWaiter(Waiter):
         self._conn.execute("SELECT pg_advisory_lock(%s, %s)", (store.lockspace, self.pid))
         self._conn.execute(f'LISTEN "{HANDOFF_CHANNEL}{self.pid}"')
         # Offers left by an earlier backend with the same pid are not ours.
-        self._conn.execute(store._sql["waiter_start"], {"pid": self.pid})
+        self._conn.execute(store._sql["withdraw_offers"], {"pid": self.pid})
         self._owner = os.getpid()
 
     def fileno(self) -> int | None:
@@ -611,7 +611,7 @@ class PostgresWaiter(Waiter):
     def retire(self) -> list[tuple[int, Delivery]]:
         """Withdraw every offer of this waiter; return the jobs handed to it that arrived
         meanwhile (the caller hands them back)."""
-        self._conn.execute(self._store._sql["waiter_start"], {"pid": self.pid})
+        self._conn.execute(self._store._sql["withdraw_offers"], {"pid": self.pid})
         # A publisher that took an offer committed before the DELETE could: its
         # notification was sent before the DELETE's answer, so it is read here.
         return self._collect(0).handoffs
@@ -674,6 +674,10 @@ _DUE_ANY = f"""
 HANDOFF_MAX_BYTES = 5000
 #: A waiter's own notification channel is this prefix and its backend pid.
 HANDOFF_CHANNEL = "alkstore_w"
+#: A fresh claim token (every claim, the worker's or a publisher's hand-off, gets one).
+_TOKEN = "floor(random() * 9000000000000000000)::bigint"
+#: True for an offer whose waiter is dead: a live one holds this lock (PostgresWaiter).
+_WAITER_DEAD = "pg_try_advisory_xact_lock_shared(%(lockspace)s::int, {alias}.pid)"
 _NOTIFY = "pg_notify(%(channel)s, json_build_array({run_at}, {queue})::text)"
 
 _SQL: dict[str, str] = {
@@ -699,8 +703,7 @@ w AS (
       AND v.run_at <= v.now AND (v.expires_at IS NULL OR v.expires_at > v.now)
       AND octet_length(%(body)s::bytea) + octet_length(%(queue)s::text)
           + octet_length(COALESCE(%(msg_id)s::text, '')) <= {HANDOFF_MAX_BYTES}
-      -- a live waiter holds this lock; a dead one's row is skipped (and swept)
-      AND NOT pg_try_advisory_xact_lock_shared(%(lockspace)s::int, x.pid)
+      AND NOT {_WAITER_DEAD.format(alias="x")}  -- a dead one's row is skipped (and swept)
     ORDER BY x.slots DESC  -- the idlest: a burst spreads over the idle workers
     LIMIT 1
     FOR UPDATE OF x SKIP LOCKED
@@ -717,7 +720,7 @@ ins AS (
          v.expires_at, v.max_attempts, v.vt, v.bb, v.now,
          CASE WHEN w.pid IS NULL THEN 'pending' ELSE 'processing' END,
          CASE WHEN w.pid IS NULL THEN 0 ELSE 1 END,
-         CASE WHEN w.pid IS NULL THEN NULL ELSE floor(random() * 9000000000000000000)::bigint END,
+         CASE WHEN w.pid IS NULL THEN NULL ELSE {_TOKEN} END,
          CASE WHEN w.pid IS NULL THEN NULL ELSE v.now + v.vt END
   FROM v LEFT JOIN w ON true
   RETURNING id, queue, run_at, token, priority, max_attempts, backoff_base, deadline, msg_id,
@@ -740,7 +743,7 @@ WITH gone AS (
 INSERT INTO {waiters} (pid, chan, queue, slots)
 SELECT %(pid)s, %(chan)s, qn.name, %(slots)s FROM unnest(%(queues)s::text[]) AS qn(name)
 ON CONFLICT (pid, chan, queue) DO UPDATE SET slots = EXCLUDED.slots""",
-    "waiter_start": "DELETE FROM {waiters} WHERE pid = %(pid)s",
+    "withdraw_offers": "DELETE FROM {waiters} WHERE pid = %(pid)s",
     "claim": f"""
 WITH due AS ({{due}}),
 gone AS (
@@ -754,7 +757,7 @@ buried AS (
 claimed AS (
   UPDATE {{jobs}} j
   SET state = 'processing', attempts = j.attempts + 1,
-      token = floor(random() * 9000000000000000000)::bigint,
+      token = {_TOKEN},
       deadline = {NOW} + j.visibility_timeout, run_at = {NOW} + j.visibility_timeout
   FROM due
   WHERE j.id = due.id AND NOT due.spent
@@ -838,9 +841,7 @@ dropped AS (
 ),
 unbound AS (DELETE FROM {{bindings}} b USING dropped WHERE b.queue = dropped.name RETURNING 1),
 emptied AS (DELETE FROM {{jobs}} j USING dropped WHERE j.queue = dropped.name),
-stale AS (  -- offers of waiters that died (their lock is free)
-  DELETE FROM {{waiters}} w WHERE pg_try_advisory_xact_lock_shared(%(lockspace)s::int, w.pid)
-),
+stale AS (DELETE FROM {{waiters}} w WHERE {_WAITER_DEAD.format(alias="w")}),
 bumped AS (
   UPDATE {{meta}} SET value = (value::bigint + 1)::text
   WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM unbound)

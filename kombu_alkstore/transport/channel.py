@@ -66,6 +66,17 @@ def _connection_errors() -> tuple[type[BaseException], ...]:
     return Transport.connection_errors
 
 
+def hand_back(store: Any, deliveries: list[Delivery]) -> None:
+    """Return claimed, undelivered jobs to pending with their attempt refunded. Through a
+    lost connection this only logs: the claims lapse by themselves after the timeout."""
+    if not deliveries or store is None:
+        return
+    try:
+        store.release(deliveries)
+    except _connection_errors() as exc:
+        logger.warning("alkstore: could not hand back %d messages: %r", len(deliveries), exc)
+
+
 class QoS(virtual.QoS):
     """Unacked messages go back as the SAME rows (attempt refunded), never as copies.
 
@@ -314,7 +325,7 @@ class Channel(virtual.Channel):
         consumed = set() if self.closed else set(self._active_queues)
         gone = [d for d in got if d.queue not in consumed]
         if gone:
-            self._hand_back(gone)
+            hand_back(self.store, gone)
         full = more or again or len(got) >= limit
         self.connection.on_batch(self, full)
         if len(gone) < len(got):
@@ -327,7 +338,7 @@ class Channel(virtual.Channel):
         slots, queues = self.offered
         self.offered = (max(slots - 1, 0), queues)
         if self.closed or d.queue not in self._active_queues or not self.qos.can_consume():
-            self._hand_back([d])  # the offer changed while the job was on its way
+            hand_back(self.store, [d])  # the offer changed while the job was on its way
             return
         self._dispatch([d])
 
@@ -418,15 +429,8 @@ class Channel(virtual.Channel):
     def _release(self, tags: list[str]) -> list:
         held = [d for d in (self.held.pop(t, None) for t in tags) if d is not None]
         if held:
-            self._hand_back(held)
+            hand_back(self.store, held)
         return []
-
-    def _hand_back(self, deliveries: list[Delivery]) -> None:
-        try:
-            self.store.release(deliveries)
-        except _connection_errors() as exc:
-            # The claims lapse by themselves; the rows come back after the timeout.
-            logger.warning("alkstore: could not hand back %d messages: %r", len(deliveries), exc)
 
     def _restore(self, message: Any) -> None:
         self._release([message.delivery_tag])

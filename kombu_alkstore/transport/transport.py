@@ -22,7 +22,7 @@ from psycopg_pool import PoolTimeout
 from ..errors import ConfigurationError, StoreUnavailable
 from ..store import Store, StoreURL, Waiter, acquire_store, release_store
 from ..store.options import parse_store_url
-from .channel import Channel, tag_of
+from .channel import Channel, hand_back, tag_of
 from .options import parse_transport_options
 from .routing import RoutingCache
 
@@ -123,7 +123,7 @@ class Transport(virtual.Transport):
         super().close_connection(connection)
         if self.waiter is not None:
             with contextlib.suppress(Exception):  # already broken: nothing to release
-                self._hand_back_all([d for _, d in self.waiter.retire()])
+                hand_back(self.store, [d for _, d in self.waiter.retire()])
             with contextlib.suppress(Exception):
                 self.waiter.close()
             self.waiter = None
@@ -310,11 +310,7 @@ class Transport(virtual.Transport):
                 orphans.append(delivery)
             else:
                 channel.take_handoff(delivery)
-        self._hand_back_all(orphans)
-
-    def _hand_back_all(self, deliveries: list[Any]) -> None:
-        if deliveries and self.store is not None:
-            self.store.release(deliveries)
+        hand_back(self.store, orphans)
 
     def _learn_next_due(self) -> None:
         """Ask the store when the next delayed job is due (engines whose wake-ups don't say)."""

@@ -6,33 +6,23 @@ delivered, not dead-lettered), and a late ack after its connection closed still 
 from __future__ import annotations
 
 import select
-import time
 
 import pytest
 from kombu import Connection, Queue
-from kombu.asynchronous import Hub
 
 import kombu_alkstore  # noqa: F401  (registers the alkstore+ URL scheme)
+from tests.helpers import consumer_in_hub, run_until
 
 
 @pytest.fixture
 def hub_connection(pg_target):
-    conn = Connection(pg_target.broker_url, transport_options=pg_target.transport_options)
-    conn.connect()
-    hub = Hub()
-    queue = Queue("q", routing_key="q")
-    with conn.Producer() as producer:
-        for i in range(5):
-            producer.publish({"i": i}, routing_key="q", declare=[queue])
-    got: list = []
-    consumer = conn.Consumer([queue], callbacks=[lambda body, message: got.append(message)])
-    consumer.consume()
-    conn.transport.register_with_event_loop(conn.connection, hub)
-    try:
-        yield conn, consumer, got, hub
-    finally:
-        conn.close()
-        hub.close()
+    with Connection(pg_target.broker_url, transport_options=pg_target.transport_options) as c:
+        queue = Queue("q", routing_key="q")
+        with c.Producer() as producer:
+            for i in range(5):
+                producer.publish({"i": i}, routing_key="q", declare=[queue])
+    with consumer_in_hub(pg_target) as hub_consumer:
+        yield hub_consumer
 
 
 def _counts(pg_target):
@@ -47,15 +37,11 @@ def _counts(pg_target):
 def test_claims_in_the_loop_deliver_and_ack(hub_connection, pg_target):
     conn, _, got, hub = hub_connection
     assert conn.transport.claims is not None
-    deadline = time.monotonic() + 10
-    while len(got) < 5 and time.monotonic() < deadline:
-        hub.run_once()
+    run_until(hub, lambda: len(got) >= 5)
     assert sorted(m.payload["i"] for m in got) == list(range(5))
     for message in got:
         message.ack()
-    deadline = time.monotonic() + 10
-    while _counts(pg_target) != (0, 0, 0) and time.monotonic() < deadline:
-        hub.run_once()
+    run_until(hub, lambda: _counts(pg_target) == (0, 0, 0))
     assert _counts(pg_target) == (0, 0, 0)
 
 

@@ -20,38 +20,26 @@ from datetime import datetime, timedelta, timezone
 
 import psycopg
 import pytest
-from kombu import Connection, Queue
-from kombu.asynchronous import Hub
+from kombu import Connection
 
 import kombu_alkstore
-from tests.helpers import kill_group, make_app, read_record, wait_for, worker_process
+from tests.helpers import (
+    consumer_in_hub,
+    kill_group,
+    make_app,
+    read_record,
+    run_until,
+    wait_for,
+    worker_process,
+)
 
 
 @pytest.fixture
 def idle_consumer(pg_target):
     """A consumer of "q" in a hub whose first claim found nothing: it has offered."""
-    conn = Connection(pg_target.broker_url, transport_options=pg_target.transport_options)
-    conn.connect()
-    hub = Hub()
-    queue = Queue("q", routing_key="q")
-    got: list = []
-    consumer = conn.Consumer([queue], callbacks=[lambda body, message: got.append(message)])
-    consumer.qos(prefetch_count=2)
-    consumer.consume()
-    conn.transport.register_with_event_loop(conn.connection, hub)
-    try:
+    with consumer_in_hub(pg_target, prefetch_count=2) as (conn, consumer, got, hub):
         run_until(hub, lambda: offers(pg_target) == [("q", 2)])
         yield conn, consumer, got, hub
-    finally:
-        conn.close()
-        hub.close()
-
-
-def run_until(hub, predicate, timeout: float = 10):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in the loop"
-        hub.run_once()
 
 
 def offers(pg_target) -> list[tuple[str, int]]:
