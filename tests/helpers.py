@@ -162,15 +162,16 @@ def refuse_poison(target, event: str) -> None:
     fail with 'refused by test' (a trigger in the test's own schema)."""
     assert event in ("INSERT", "UPDATE")
     schema = target.schema
-    with psycopg.connect(target.url, autocommit=True) as conn:
-        conn.execute(
-            f"""CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN RAISE EXCEPTION 'refused by test'; END $$"""
-        )
-        conn.execute(
-            f"""CREATE TRIGGER refuse BEFORE {event} ON "{schema}".jobs FOR EACH ROW
-            WHEN (NEW.queue = 'poison') EXECUTE FUNCTION "{schema}".refuse()"""
-        )
+    run_sql(
+        target,
+        f"""CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'refused by test'; END $$""",
+    )
+    run_sql(
+        target,
+        f"""CREATE TRIGGER refuse BEFORE {event} ON "{schema}".jobs FOR EACH ROW
+        WHEN (NEW.queue = 'poison') EXECUTE FUNCTION "{schema}".refuse()""",
+    )
 
 
 def run_sql(target, script: str) -> None:
