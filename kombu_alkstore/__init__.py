@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from kombu.transport import TRANSPORT_ALIASES
 
+from . import failover
 from .transaction import transaction
 
 TRANSPORT_ALIASES.setdefault("alkstore", "kombu_alkstore.transport:Transport")
+failover.install()  # kombu failover lists of alkstore+ URLs
 
 __all__ = ["transaction"]
 __version__ = "0.1.0"

@@ -119,6 +119,9 @@ class Delivery:
     backoff_base: float
     deadline: float
     msg_id: str | None = None
+    #: The job's own visibility timeout (stamped at publish): a holder heartbeats well
+    #: within it, whatever its own configuration says.
+    visibility_timeout: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, fields
 from typing import Any
@@ -109,9 +110,14 @@ def coerce_option(name: str, value: Any, default: Any) -> Any:
         raise ConfigurationError(f"option {name} has a bad value {value!r}") from None
 
 
+def is_finite_number(value: Any) -> bool:
+    """A real, finite number (not a bool, not NaN or infinity)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def _positive(value: Any, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigurationError(f"option {name} must be a positive number, got {value!r}")
+    if not is_finite_number(value) or not value > 0:
+        raise ConfigurationError(f"option {name} must be a positive, finite number, got {value!r}")
 
 
 def validate_identifier(value: Any, what: str) -> str:
@@ -204,8 +210,15 @@ def parse_store_url(url: str | URL) -> StoreURL:
         raise ConfigurationError(f"bad database URL {str(url)!r}: {exc}") from None
     driver = parsed.drivername
     if driver in POSTGRES_DRIVERS:
+        _check_postgres_query(parsed)
         return StoreURL("postgresql", parsed)
     if driver in SQLITE_DRIVERS:
+        if parsed.query:
+            raise ConfigurationError(
+                f"bad database URL {parsed.render_as_string()!r}: SQLite takes no query "
+                f"parameters, got {', '.join(sorted(parsed.query))} (set options such as "
+                "busy_timeout in broker_transport_options)"
+            )
         if not parsed.database or parsed.database == ":memory:":
             raise ConfigurationError(
                 f"bad database URL {str(url)!r}: SQLite needs a file (sqlite:///path.db); "
@@ -216,3 +229,37 @@ def parse_store_url(url: str | URL) -> StoreURL:
         f"bad database URL {parsed.render_as_string()!r}: unsupported scheme {driver!r} "
         "(use postgresql://… or sqlite:///…)"
     )
+
+
+#: libpq connection parameters whose value must be an integer (a bad one is refused at
+#: start, not retried as a connection error forever).
+_PG_INTEGER_PARAMS = frozenset(
+    {
+        "connect_timeout",
+        "port",
+        "keepalives",
+        "keepalives_idle",
+        "keepalives_interval",
+        "keepalives_count",
+        "tcp_user_timeout",
+    }
+)
+
+
+def _check_postgres_query(url: URL) -> None:
+    """Refuse, naming it, a query parameter libpq does not know or a malformed number."""
+    from psycopg import conninfo
+
+    for key, value in url.query.items():
+        values = value if isinstance(value, tuple) else (value,)
+        if key in _PG_INTEGER_PARAMS and not all(re.fullmatch(r"-?\d+", v) for v in values):
+            raise ConfigurationError(
+                f"bad database URL {url.render_as_string()!r}: {key} must be an integer, "
+                f"got {value!r}"
+            )
+    try:
+        conninfo.conninfo_to_dict(url.set(drivername="postgresql").render_as_string(False))
+    except Exception as exc:  # psycopg.ProgrammingError: libpq's own words
+        raise ConfigurationError(
+            f"bad database URL {url.render_as_string()!r}: {str(exc).strip()}"
+        ) from None

@@ -86,7 +86,7 @@ class PostgresStore(Store):
                 "schedules",
                 "leases",
                 "meta",
-                "waiters",
+                "offers",
             )
         }
         self._sql = {k: v.format(**q, due="{due}") for k, v in _SQL.items()}
@@ -458,7 +458,7 @@ def _deliveries(rows: list[tuple]) -> tuple[list[Delivery], bool]:
     the dead letters) took places in the batch, so more may be due."""
     claimed = [r for r in rows if r[0] is not None]
     claimed.sort(key=lambda r: (-r[4], r[9], r[0]))  # priority DESC, run_at, id
-    return [Delivery(*r[:9], r[10]) for r in claimed], len(claimed) < len(rows)
+    return [Delivery(*r[:9], r[10], r[11]) for r in claimed], len(claimed) < len(rows)
 
 
 class AsyncClaims(AsyncSession):
@@ -557,7 +557,7 @@ class PostgresWaiter(Waiter):
     """A dedicated autocommit connection LISTENing on the store's channel.
 
     It also takes hand-offs: while it lives its backend holds the advisory lock
-    ``(lockspace, pid)``, which tells publishers its offers (rows in ``waiters`` under its
+    ``(lockspace, pid)``, which tells publishers its offers (rows in ``offers`` under its
     ``pid``) are live, and it LISTENs on its own channel, where a publisher sends a job it
     handed to one of its channels.
     """
@@ -624,7 +624,7 @@ class PostgresWaiter(Waiter):
 def _handoff(payload: list) -> tuple[int, Delivery]:
     """``(channel number, delivery)`` from a hand-off notification (see "insert")."""
     _, chan, id_, token, queue, priority, max_attempts, backoff_base, deadline, msg_id, body = (
-        payload
+        payload[:11]
     )
     delivery = Delivery(
         id_,
@@ -637,6 +637,7 @@ def _handoff(payload: list) -> tuple[int, Delivery]:
         backoff_base,
         deadline,
         msg_id,
+        payload[11] if len(payload) > 11 else None,
     )
     return chan, delivery
 
@@ -669,9 +670,10 @@ _DUE_ANY = f"""
   LIMIT %(limit)s
 """
 
-#: The hand-off notification carries the job: at most this many bytes of body, queue and
-#: message id (base64 and the other fields stay under NOTIFY's 8000-byte payload limit).
-HANDOFF_MAX_BYTES = 5000
+#: The hand-off notification carries the job: its queue, message id and base64 body, as
+#: JSON text (escapes and base64 line breaks counted), take at most this many bytes, so
+#: with the numeric fields (under 250 bytes) it stays below NOTIFY's 8000-byte limit.
+HANDOFF_MAX_BYTES = 7600
 #: A waiter's own notification channel is this prefix and its backend pid.
 HANDOFF_CHANNEL = "alkstore_w"
 #: A fresh claim token (every claim, the worker's or a publisher's hand-off, gets one).
@@ -683,7 +685,7 @@ _NOTIFY = "pg_notify(%(channel)s, json_build_array({run_at}, {queue})::text)"
 _SQL: dict[str, str] = {
     "version": "SELECT value FROM {meta} WHERE key = 'schema_version'",
     # A new due job goes to an idle consumer that offered a slot (a live row in
-    # "waiters") already claimed, and the notification carries it, so the consumer starts
+    # "offers") already claimed, and the notification carries it, so the consumer starts
     # it without a claim round trip. Otherwise it is pending and announced on the channel.
     "insert": f"""
 WITH q AS (SELECT * FROM {{queues}} WHERE name = %(queue)s),
@@ -696,19 +698,19 @@ v AS (
          {NOW} AS now
 ),
 w AS (
-  UPDATE {{waiters}} w SET slots = w.slots - 1
+  UPDATE {{offers}} w SET slots = w.slots - 1
   FROM (
-    SELECT x.pid, x.chan FROM {{waiters}} x, v
-    WHERE %(handoff)s::boolean AND x.queue = %(queue)s AND x.slots > 0
+    SELECT x.pid, x.chan FROM {{offers}} x, v
+    WHERE %(handoff)s::boolean AND %(queue)s = ANY(x.queues) AND x.slots > 0
       AND v.run_at <= v.now AND (v.expires_at IS NULL OR v.expires_at > v.now)
-      AND octet_length(%(body)s::bytea) + octet_length(%(queue)s::text)
-          + octet_length(COALESCE(%(msg_id)s::text, '')) <= {HANDOFF_MAX_BYTES}
+      AND octet_length(json_build_array(%(queue)s::text, %(msg_id)s::text,
+            encode(%(body)s::bytea, 'base64'))::text) <= {HANDOFF_MAX_BYTES}
       AND NOT {_WAITER_DEAD.format(alias="x")}  -- a dead one's row is skipped (and swept)
     ORDER BY x.slots DESC  -- the idlest: a burst spreads over the idle workers
     LIMIT 1
     FOR UPDATE OF x SKIP LOCKED
   ) pick
-  WHERE w.pid = pick.pid AND w.chan = pick.chan AND w.queue = %(queue)s
+  WHERE w.pid = pick.pid AND w.chan = pick.chan
   RETURNING w.pid, w.chan
 ),
 ins AS (
@@ -724,26 +726,28 @@ ins AS (
          CASE WHEN w.pid IS NULL THEN NULL ELSE v.now + v.vt END
   FROM v LEFT JOIN w ON true
   RETURNING id, queue, run_at, token, priority, max_attempts, backoff_base, deadline, msg_id,
-            body
+            body, visibility_timeout
 )
 SELECT ins.id, CASE
   WHEN w.pid IS NULL THEN {_NOTIFY.format(run_at="ins.run_at", queue="ins.queue")}
   ELSE pg_notify('{HANDOFF_CHANNEL}' || w.pid, json_build_array(
     'h', w.chan, ins.id, ins.token, ins.queue, ins.priority, ins.max_attempts,
-    ins.backoff_base, ins.deadline, ins.msg_id, encode(ins.body, 'base64'))::text)
+    ins.backoff_base, ins.deadline, ins.msg_id, encode(ins.body, 'base64'),
+    ins.visibility_timeout)::text)
   END
 FROM ins LEFT JOIN w ON true""",
-    # The offer of an idle channel (see "insert"): one row per queue; rows for queues it
-    # no longer consumes go.
+    # The offer of an idle channel (see "insert"): one row, its slots shared by all its
+    # queues; no queues withdraws it.
     "register": """
 WITH gone AS (
-  DELETE FROM {waiters}
-  WHERE pid = %(pid)s AND chan = %(chan)s AND NOT (queue = ANY(%(queues)s::text[]))
+  DELETE FROM {offers}
+  WHERE pid = %(pid)s AND chan = %(chan)s AND cardinality(%(queues)s::text[]) = 0
 )
-INSERT INTO {waiters} (pid, chan, queue, slots)
-SELECT %(pid)s, %(chan)s, qn.name, %(slots)s FROM unnest(%(queues)s::text[]) AS qn(name)
-ON CONFLICT (pid, chan, queue) DO UPDATE SET slots = EXCLUDED.slots""",
-    "withdraw_offers": "DELETE FROM {waiters} WHERE pid = %(pid)s",
+INSERT INTO {offers} (pid, chan, queues, slots)
+SELECT %(pid)s, %(chan)s, %(queues)s::text[], %(slots)s
+WHERE cardinality(%(queues)s::text[]) > 0
+ON CONFLICT (pid, chan) DO UPDATE SET queues = EXCLUDED.queues, slots = EXCLUDED.slots""",
+    "withdraw_offers": "DELETE FROM {offers} WHERE pid = %(pid)s",
     "claim": f"""
 WITH due AS ({{due}}),
 gone AS (
@@ -762,11 +766,11 @@ claimed AS (
   FROM due
   WHERE j.id = due.id AND NOT due.spent
   RETURNING j.id, j.token, j.queue, j.body, j.priority, j.attempts, j.max_attempts,
-            j.backoff_base, j.deadline, due.was_due, j.msg_id
+            j.backoff_base, j.deadline, due.was_due, j.msg_id, j.visibility_timeout
 )
 SELECT * FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, count(*)::int, NULL, NULL, NULL, NULL, NULL
+SELECT NULL, NULL, NULL, NULL, NULL, count(*)::int, NULL, NULL, NULL, NULL, NULL, NULL
 FROM buried HAVING count(*) > 0""",
     "has_due": f"""
 SELECT EXISTS (
@@ -841,7 +845,7 @@ dropped AS (
 ),
 unbound AS (DELETE FROM {{bindings}} b USING dropped WHERE b.queue = dropped.name RETURNING 1),
 emptied AS (DELETE FROM {{jobs}} j USING dropped WHERE j.queue = dropped.name),
-stale AS (DELETE FROM {{waiters}} w WHERE {_WAITER_DEAD.format(alias="w")}),
+stale AS (DELETE FROM {{offers}} w WHERE {_WAITER_DEAD.format(alias="w")}),
 bumped AS (
   UPDATE {{meta}} SET value = (value::bigint + 1)::text
   WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM unbound)

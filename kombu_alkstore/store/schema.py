@@ -29,7 +29,9 @@ from ..errors import SchemaMissing
 from .options import validate_identifier
 
 #: Bumped whenever the table layout changes; stored in the ``meta`` table.
-SCHEMA_VERSION = 2  # 2: the waiters table (hand-off to idle consumers)
+#: 2: the waiters table (hand-off to idle consumers); 3: offers (one per channel, its slots
+#: shared by its queues) instead of waiters.
+SCHEMA_VERSION = 3
 
 # SQLite only makes "INTEGER PRIMARY KEY" an alias of the rowid.
 _ID = BigInteger().with_variant(Integer(), "sqlite")
@@ -48,7 +50,7 @@ class Tables:
     schedules: Table
     leases: Table
     meta: Table
-    waiters: Table
+    offers: Table
 
     def qualified(self, table: Table) -> str:
         """The table name as written in SQL (quoted, schema-qualified on PostgreSQL)."""
@@ -194,19 +196,20 @@ def build_tables(schema: str, engine: str) -> Tables:
         Column("value", Text, nullable=False),
     )
     # Idle consumers a publisher may hand a new job to directly (PostgreSQL): one row per
-    # (LISTEN backend, kombu channel, queue). ``pid`` also names the advisory lock that
-    # backend holds while it lives, so a row left by a dead worker is never used.
-    waiters = Table(
-        name("waiters"),
+    # (LISTEN backend, kombu channel), its free slots shared by all the queues it consumes.
+    # ``pid`` also names the advisory lock that backend holds while it lives, so a row
+    # left by a dead worker is never used. (Version 2 kept one row per queue in
+    # ``waiters``, each with all the slots; that table is no longer used.)
+    offers = Table(
+        name("offers"),
         md,
         Column("pid", Integer, nullable=False),
         Column("chan", Integer, nullable=False),
-        Column("queue", Text, nullable=False),
+        Column("queues", postgresql.ARRAY(Text).with_variant(Text(), "sqlite"), nullable=False),
         Column("slots", Integer, nullable=False),
-        PrimaryKeyConstraint("pid", "chan", "queue"),
+        PrimaryKeyConstraint("pid", "chan"),
     )
-    Index(name("waiters_queue"), waiters.c.queue)
-    return Tables(md, jobs, dead, exchanges, bindings, queues, schedules, leases, meta, waiters)
+    return Tables(md, jobs, dead, exchanges, bindings, queues, schedules, leases, meta, offers)
 
 
 def require_current(stored: int | None, where: str) -> None:

@@ -457,7 +457,7 @@ SET state = 'processing', attempts = attempts + 1, token = random(),
     deadline = :now + visibility_timeout, run_at = :now + visibility_timeout
 WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING id, token, queue, body, priority, attempts, max_attempts, backoff_base, deadline,
-          msg_id""",
+          msg_id, visibility_timeout""",
     "ping": "SELECT 1",
     "size": "SELECT count(*) FROM {jobs} WHERE queue = :queue AND state = 'pending'",
     # min(run_at) of the pending jobs, by a loose index scan of the claim index: one

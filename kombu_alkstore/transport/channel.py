@@ -306,6 +306,11 @@ class Channel(virtual.Channel):
             return
         if not self._active_queues:
             return
+        if self.offered[0]:
+            # Withdraw the offer first (the pipeline keeps the order): the claim takes
+            # every free slot, so a hand-off must not fill one of them too.
+            self.idle = False
+            self.connection.offer(self)
         limit = self._batch_size()
         self.claiming = True
         try:
@@ -337,7 +342,12 @@ class Channel(virtual.Channel):
         """A job a publisher handed to this channel's offer, already claimed for it."""
         slots, queues = self.offered
         self.offered = (max(slots - 1, 0), queues)
-        if self.closed or d.queue not in self._active_queues or not self.qos.can_consume():
+        if (
+            self.closed
+            or self.claiming  # the claim in flight was sized to every free slot
+            or d.queue not in self._active_queues
+            or not self.qos.can_consume()
+        ):
             hand_back(self.store, [d])  # the offer changed while the job was on its way
             return
         self._dispatch([d])

@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..store.options import StoreOptions, coerce_option
+from ..store.options import StoreOptions, coerce_option, is_finite_number
 
 #: kombu/Celery options that may appear in ``transport_options`` and are not ours.
 _FOREIGN = frozenset(
@@ -55,9 +55,9 @@ class TransportOptions:
             value = getattr(self, f.name)
             if value is None or isinstance(f.default, bool):
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            if not is_finite_number(value) or value <= 0:
                 raise ConfigurationError(
-                    f"transport option {f.name} must be a positive number, got {value!r}"
+                    f"transport option {f.name} must be a positive, finite number, got {value!r}"
                 )
         if self.sweep_interval > 60:
             raise ConfigurationError(
@@ -88,4 +88,12 @@ def parse_transport_options(raw: dict[str, Any] | None) -> tuple[StoreOptions, T
     for name, default in mine.items():
         if raw.get(name) is not None:
             kwargs[name] = coerce_option(name, raw[name], 1.0 if default is None else default)
-    return store, TransportOptions(**kwargs)
+    transport = TransportOptions(**kwargs)
+    beat = transport.heartbeat_interval
+    if beat is not None and beat >= store.visibility_timeout:
+        raise ConfigurationError(
+            f"transport option heartbeat_interval ({beat!r} s) must be shorter than "
+            f"visibility_timeout ({store.visibility_timeout!r} s): claims would lapse "
+            "between heartbeats"
+        )
+    return store, transport

@@ -95,11 +95,11 @@ def test_setup_off_on_missing_tables_is_a_clear_error(target):
 
 def test_setup_off_on_an_older_layout_is_a_clear_error_and_setup_upgrades_it(store, target):
     meta = store.tables.qualified(store.tables.meta)
-    waiters = store.tables.qualified(store.tables.waiters)
+    offers = store.tables.qualified(store.tables.offers)
     jid = store.enqueue("q", b"kept")
-    run_sql(target, f"DROP TABLE {waiters}")  # as version 1 had it
-    run_sql(target, f"UPDATE {meta} SET value = '1' WHERE key = 'schema_version'")
-    with pytest.raises(SchemaMissing, match=rf"schema version 1, .* needs {SCHEMA_VERSION}"):
+    run_sql(target, f"DROP TABLE {offers}")  # as versions 1 and 2 had it
+    run_sql(target, f"UPDATE {meta} SET value = '2' WHERE key = 'schema_version'")
+    with pytest.raises(SchemaMissing, match=rf"schema version 2, .* needs {SCHEMA_VERSION}"):
         target.open(setup=False)
     upgraded = target.open()  # setup=True adds what is new
     try:

@@ -21,6 +21,8 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 import pytest
 from kombu import Connection
+from kombu import Queue as KQueue
+from kombu.asynchronous import Hub
 
 import kombu_alkstore
 from tests.helpers import (
@@ -45,7 +47,7 @@ def idle_consumer(pg_target):
 def offers(pg_target) -> list[tuple[str, int]]:
     """The standing offers: (queue, free slots); a row with no slot left offers nothing."""
     with psycopg.connect(pg_target.url, autocommit=True) as c:
-        sql = f'SELECT queue, slots FROM "{pg_target.schema}".waiters WHERE slots > 0'
+        sql = f'SELECT unnest(queues), slots FROM "{pg_target.schema}".offers WHERE slots > 0'
         return sorted(c.execute(sql).fetchall())
 
 
@@ -160,7 +162,7 @@ def _app_env(target, **options):
 
 def _offering_pids(target) -> set[int]:
     with psycopg.connect(target.url, autocommit=True) as c:
-        sql = f'SELECT DISTINCT pid FROM "{target.schema}".waiters WHERE slots > 0'
+        sql = f'SELECT DISTINCT pid FROM "{target.schema}".offers WHERE slots > 0'
         return {r[0] for r in c.execute(sql)}
 
 
@@ -202,3 +204,60 @@ def test_a_worker_killed_while_idle_gets_no_new_task(pg_target, tmp_path):
             app.send_task("tests.apps.proj.mark", (f"t{i}",))
         wait_for(lambda: len(read_record(record)) >= 20, 20, interval=0.2)
     assert {row[0] for row in read_record(record)} == {f"t{i}" for i in range(20)}
+
+
+# ------------------------------------------------------------- hand-off accounting
+def test_a_claim_in_flight_withdraws_the_offer_first(idle_consumer, pg_target):
+    """A hand-off racing a claim in flight must not exceed the prefetch (2 here)."""
+    conn, consumer, got, hub = idle_consumer
+    with (
+        psycopg.connect(pg_target.url) as business,
+        kombu_alkstore.transaction(business),
+        Connection(pg_target.broker_url, transport_options=pg_target.transport_options) as c,
+    ):
+        for i in range(2):  # pending (a caller's transaction never hands off)
+            c.Producer().publish({"i": i}, routing_key="q")
+    consumer.channel.request_claim(conn.transport.claims)  # sized to both free slots
+    publish(pg_target, {"i": 2})  # the offer must be gone by now
+    time.sleep(0.2)
+    conn.transport._on_readable()  # the LISTEN socket read before the claim's answer
+    run_until(hub, lambda: len(got) >= 2)
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        hub.run_once()
+    assert sorted(m.payload["i"] for m in got) == [0, 1]
+    assert sorted(states(pg_target)) == [("pending", 0), ("processing", 1), ("processing", 1)]
+
+
+def test_an_offer_shares_its_slots_across_its_queues(pg_target):
+    """A consumer of two queues with prefetch 1 is handed one job, not one per queue."""
+    with Connection(pg_target.broker_url, transport_options=pg_target.transport_options) as conn:
+        conn.connect()
+        hub = Hub()
+        got: list = []
+        queues = [KQueue(name, routing_key=name) for name in ("a", "b")]
+        consumer = conn.Consumer(queues, callbacks=[lambda body, message: got.append(message)])
+        consumer.qos(prefetch_count=1)
+        consumer.consume()
+        conn.transport.register_with_event_loop(conn.connection, hub)
+        try:
+            run_until(hub, lambda: offers(pg_target) == [("a", 1), ("b", 1)])
+            with Connection(
+                pg_target.broker_url, transport_options=pg_target.transport_options
+            ) as c:
+                c.Producer().publish({"q": "a"}, routing_key="a")
+                c.Producer().publish({"q": "b"}, routing_key="b")
+            assert sorted(s for s, _ in states(pg_target)) == ["pending", "processing"]
+            run_until(hub, lambda: len(got) == 1)
+        finally:
+            conn.close()
+            hub.close()
+
+
+def test_the_size_limit_counts_the_notification_text_not_raw_bytes(idle_consumer, pg_target):
+    """Escaped characters grow in JSON: a job whose notification would pass NOTIFY's
+    8000-byte limit takes the claim path instead of failing the publish."""
+    with pg_target.open() as store:
+        store.enqueue("q", b"x" * 3000, msg_id="\x01" * 900)  # 3.9 kB raw, 9.6 kB as JSON
+    assert states(pg_target) == [("pending", 0)]
+    assert offers(pg_target) == [("q", 2)]

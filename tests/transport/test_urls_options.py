@@ -70,3 +70,52 @@ def test_unknown_option_is_a_warning_naming_it():
 def test_bad_url_is_a_clear_error(url):
     with pytest.raises((ConfigurationError, ValueError)):
         Connection(url).transport  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    "options,name",
+    [
+        ({"visibility_timeout": float("inf")}, "visibility_timeout"),
+        ({"visibility_timeout": "inf"}, "visibility_timeout"),
+        ({"ack_flush_interval": float("inf")}, "ack_flush_interval"),
+        ({"polling_interval": float("nan")}, "polling_interval"),
+        ({"visibility_timeout": 30, "heartbeat_interval": 30}, "heartbeat_interval"),
+        ({"heartbeat_interval": 400}, "heartbeat_interval"),  # default timeout 300 s
+    ],
+)
+def test_infinite_and_inconsistent_options_are_refused(options, name):
+    with pytest.raises(ConfigurationError, match=name):
+        Connection("alkstore+sqlite:///x.db", transport_options=options).transport  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    "url,name",
+    [
+        (
+            "alkstore+postgresql://postgres@127.0.0.1:5432/test?connect_timeout=abc",
+            "connect_timeout",
+        ),
+        ("alkstore+postgresql://postgres@127.0.0.1:5432/test?conect_timeout=3", "conect_timeout"),
+        ("alkstore+sqlite:///x.db?timeout=5", "timeout"),
+        ("alkstore+sqlite:///x.db?busy_timeout=5", "busy_timeout"),
+    ],
+)
+def test_bad_url_parameters_are_refused_naming_them(url, name):
+    """Refused at once, not retried as a connection error nor silently ignored."""
+    with pytest.raises(ConfigurationError, match=name):
+        Connection(url).transport  # noqa: B018
+
+
+def test_a_kombu_failover_list_switches_to_the_next_alkstore_url(pg_target):
+    """ "alkstore+…;alkstore+…": the first server is down, the switch reaches the second."""
+    from tests.private_pg import _free_port
+
+    down = f"alkstore+postgresql://postgres@127.0.0.1:{_free_port()}/test"
+    url = f"{down};{pg_target.broker_url}"
+    with Connection(url, transport_options=pg_target.transport_options) as conn:
+        conn.ensure_connection(max_retries=3, interval_start=0, interval_step=0.1)
+        assert conn.transport.store_url.url.port == 5432
+        q = conn.SimpleQueue("failover")
+        q.put({"ok": 1})
+        assert q.get(timeout=5).payload == {"ok": 1}
+        q.close()
