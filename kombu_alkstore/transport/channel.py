@@ -357,6 +357,7 @@ class Channel(virtual.Channel):
         if no_ack:
             self.store.ack(no_ack)
         held = self.held
+        self.connection.heartbeats.ensure_started()
         pending = deque(deliveries)
         try:
             while pending:
@@ -412,6 +413,7 @@ class Channel(virtual.Channel):
                 self.store.ack([d])
             else:
                 self.held[tag_of(d)] = d
+                self.connection.heartbeats.ensure_started()
                 self.qos.append(message, message.delivery_tag)
             return message
         return None

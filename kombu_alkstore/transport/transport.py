@@ -23,6 +23,7 @@ from ..errors import ConfigurationError, StoreUnavailable
 from ..store import Store, StoreURL, Waiter, acquire_store, release_store
 from ..store.options import parse_store_url
 from .channel import Channel, hand_back, tag_of
+from .heartbeat import Heartbeater
 from .options import parse_transport_options
 from .routing import RoutingCache
 
@@ -81,8 +82,14 @@ class Transport(virtual.Transport):
         #: Channels that may have work left behind (a full batch, or no free slot).
         self._starved: set[Any] = set()
         self._next_at: float | None = None
+        #: A due time was skipped while claims were in flight: learn it once answered.
+        self._relearn = False
         self._learned = False
-        self._last_heartbeat = self._last_sweep = time.monotonic()
+        self._last_sweep = time.monotonic()
+        #: Extends the held claims from its own thread (see heartbeat.py).
+        self.heartbeats = Heartbeater(
+            self.heartbeat, lambda: list(self.held.values()), self.heartbeat_interval
+        )
         self._trefs: list[Any] = []
         self._loop: Any = None
         self._listening = False
@@ -121,6 +128,7 @@ class Transport(virtual.Transport):
         self._cancel_timers()  # answers of claims and acks in flight are awaited first
         self.acks.flush()
         super().close_connection(connection)
+        self.heartbeats.stop()
         if self.waiter is not None:
             with contextlib.suppress(Exception):  # already broken: nothing to release
                 hand_back(self.store, [d for _, d in self.waiter.retire()])
@@ -140,6 +148,7 @@ class Transport(virtual.Transport):
         and otherwise lapse by themselves; nothing is restored through a dead link."""
         self._end_claims(wait=False)
         self._cancel_timers()
+        self.heartbeats.stop()
         for channel in list(self.channels):
             channel.do_restore = False
         if self.waiter is not None:
@@ -206,7 +215,6 @@ class Transport(virtual.Transport):
                 loop.add_reader(self.claims.fileno(), self._guarded(self.claims.on_readable))
         self._trefs += [
             loop.call_repeatedly(self.polling_interval, self._guarded(self._safety_poll)),
-            loop.call_repeatedly(self.heartbeat_interval, self._guarded(self.heartbeat)),
             loop.call_repeatedly(self.options.sweep_interval, self._guarded(self.sweep)),
         ]
         self._tick = self._guarded(self._on_tick)
@@ -321,7 +329,11 @@ class Transport(virtual.Transport):
                 return
             if when <= time.time():
                 if self._starved or any(ch.claiming for ch in self.channels):
-                    return  # a backlog: claims resume as slots free (see _on_tick)
+                    # A backlog: claims resume as slots free (see _on_tick). Or a claim
+                    # in flight, which may take this job: ask again once it is answered
+                    # (see on_batch), or later due times wait for the safety-net poll.
+                    self._relearn = True
+                    return
                 when = time.time() + 0.005  # it fell due while we claimed: look again
             self._schedule_at(when)
 
@@ -358,6 +370,9 @@ class Transport(virtual.Transport):
             self._starved.add(channel)
         else:
             self._starved.discard(channel)
+        if self._relearn and not self._starved and not any(c.claiming for c in self.channels):
+            self._relearn = False
+            self._learn_next_due()
 
     def _poll_all(
         self,
@@ -392,12 +407,21 @@ class Transport(virtual.Transport):
 
     # ------------------------------------------------------------ maintenance
     def heartbeat(self) -> None:
-        """Extend the deadlines of every held message in one statement."""
-        self._last_heartbeat = time.monotonic()
+        """Extend the deadlines of every held message in one statement, each by its own
+        visibility timeout (called by the heartbeat thread; safe from any thread)."""
         held = list(self.held.values())
-        if not held or self.store is None:
+        store = self.store
+        if not held or store is None or self.lost:
             return
-        alive = self.store.heartbeat(held)
+        try:
+            alive = store.heartbeat(held)
+        except Exception as exc:
+            logger.warning(
+                "alkstore: heartbeat failed (%r); the claims hold until their "
+                "deadlines and the next beat retries",
+                exc,
+            )
+            return
         for d in held:
             if d.id not in alive and self.held.pop(tag_of(d), None) is not None:
                 logger.warning(
@@ -419,8 +443,6 @@ class Transport(virtual.Transport):
 
     def _maintain(self) -> None:
         now = time.monotonic()
-        if now - self._last_heartbeat >= self.heartbeat_interval:
-            self.heartbeat()
         if now - self._last_sweep >= self.options.sweep_interval:
             self.sweep()
 
@@ -445,7 +467,6 @@ class Transport(virtual.Transport):
                 raise TimeoutError()
             wait = min(
                 self.polling_interval,
-                self.heartbeat_interval - (now - self._last_heartbeat),
                 self.options.sweep_interval - (now - self._last_sweep),
             )
             if deadline is not None:
