@@ -158,9 +158,13 @@ class QueueCounts:
 
 @dataclass(frozen=True, slots=True)
 class SweepResult:
+    #: Expired jobs moved to the dead letters (task queues).
     expired: int = 0
     dead_purged: int = 0
     queues_dropped: tuple[str, ...] = ()
+    #: Expired jobs of transient queues (declared with ``x-expires`` or
+    #: ``x-message-ttl``: event and reply queues) dropped, as RabbitMQ drops them.
+    expired_dropped: int = 0
 
 
 @dataclass
@@ -445,6 +449,11 @@ class Store(abc.ABC):
     def fail(self, deliveries: Iterable[Delivery], error: str) -> set[int]:
         """Move jobs to the dead letters with ``error``."""
         return self._kill_held(_handles(deliveries), str(error))
+
+    def dead_explain(self, msg_id: str, error: str, was: str = "rejected") -> int:
+        """Replace the generic ``was`` error of the dead letters of message ``msg_id`` by
+        ``error`` (the reason a consumer learnt after it rejected the message)."""
+        return self._run("dead_explain", {"msg_id": msg_id, "error": error, "was": was})
 
     @abc.abstractmethod
     def _delete_held(self, held: list[Delivery]) -> set[int]: ...

@@ -346,7 +346,7 @@ class PostgresStore(Store):
         }
         row = self._one("sweep", params)
         assert row is not None
-        return SweepResult(row[0], row[1], tuple(row[2] or ()))
+        return SweepResult(row[0], row[1], tuple(row[2] or ()), row[3])
 
     # -------------------------------------------------------------- reads, admin
     def counts(self, queues: Sequence[str] | None = None) -> list[QueueCounts]:
@@ -680,6 +680,9 @@ HANDOFF_CHANNEL = "alkstore_w"
 _TOKEN = "floor(random() * 9000000000000000000)::bigint"
 #: True for an offer whose waiter is dead: a live one holds this lock (PostgresWaiter).
 _WAITER_DEAD = "pg_try_advisory_xact_lock_shared(%(lockspace)s::int, {alias}.pid)"
+#: A queue declared transient (x-expires or x-message-ttl: event and reply queues), whose
+#: expired messages are dropped rather than dead-lettered.
+_TRANSIENT = "(q.expires IS NOT NULL OR q.message_ttl IS NOT NULL)"
 _NOTIFY = "pg_notify(%(channel)s, json_build_array({run_at}, {queue})::text)"
 
 _SQL: dict[str, str] = {
@@ -824,12 +827,16 @@ INSERT INTO {{dead}} ({_DEAD_COLS}, died_at, last_error)
 SELECT {_DEAD_COLS}, {NOW}, %(error)s FROM gone RETURNING id""",
     "sweep": f"""
 WITH expired AS (
+  -- Expiry is about starting: a running job (a live claim) is left to finish.
   DELETE FROM {{jobs}} j WHERE j.expires_at IS NOT NULL AND j.expires_at <= {NOW}
+    AND (j.state = 'pending' OR j.deadline <= {NOW})
   RETURNING j.*
 ),
 buried AS (
   INSERT INTO {{dead}} ({_DEAD_COLS}, died_at, last_error)
-  SELECT {_DEAD_COLS}, {NOW}, 'expired' FROM expired RETURNING 1
+  SELECT {_DEAD_COLS}, {NOW}, 'expired' FROM expired e
+  WHERE NOT EXISTS (SELECT 1 FROM {{queues}} q WHERE q.name = e.queue AND {_TRANSIENT})
+  RETURNING 1
 ),
 purged AS (
   DELETE FROM {{dead}} d
@@ -852,7 +859,8 @@ bumped AS (
   RETURNING pg_notify(%(channel)s, '"routing"')
 )
 SELECT (SELECT count(*) FROM buried), (SELECT count(*) FROM purged),
-       (SELECT array_agg(name) FROM dropped)""",
+       (SELECT array_agg(name) FROM dropped),
+       (SELECT count(*) FROM expired) - (SELECT count(*) FROM buried)""",
     "get_job_by_id": f"""
 SELECT {_JOB_COLS}, NULL, NULL FROM {{jobs}} WHERE id = %(id)s
 UNION ALL SELECT {_DEAD_READ} FROM {{dead}} WHERE id = %(id)s""",
@@ -903,6 +911,8 @@ ins AS (
   RETURNING queue
 )
 SELECT {_NOTIFY.format(run_at="NULL::float8", queue="queue")} FROM ins""",
+    "dead_explain": """
+UPDATE {dead} SET last_error = %(error)s WHERE msg_id = %(msg_id)s AND last_error = %(was)s""",
     "dead_purge": """
 DELETE FROM {dead}
 WHERE (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s))

@@ -253,7 +253,9 @@ class SQLiteStore(Store):
         now = time.time()
         with self._write() as conn:
             expired = conn.execute(self._sql["take_expired"], {"now": now}).fetchall()
-            self._bury(conn, expired, "expired", now)
+            transient = {r[0] for r in conn.execute(self._sql["transient_queues"])}
+            buried = [r for r in expired if r[1] not in transient]
+            self._bury(conn, buried, "expired", now)
             purged = conn.execute(
                 self._sql["purge_dead"],
                 {"now": now, "retention": self.options.dead_letter_retention},
@@ -267,7 +269,7 @@ class SQLiteStore(Store):
                 conn.execute(self._sql["queue_delete_jobs"], {"name": name})
             if dropped:
                 conn.execute(self._sql["bump_routing"])
-        return SweepResult(len(expired), purged, tuple(dropped))
+        return SweepResult(len(buried), purged, tuple(dropped), len(expired) - len(buried))
 
     # -------------------------------------------------------------- reads, admin
     def counts(self, queues: Sequence[str] | None = None) -> list[QueueCounts]:
@@ -489,9 +491,14 @@ SET state = 'pending', token = NULL, deadline = NULL, run_at = :run_at,
     attempts = attempts - :refund
 WHERE {_HELD} RETURNING id""",
     "take_held": f"DELETE FROM {{jobs}} WHERE {_HELD} RETURNING {_DEAD_COLS}",
+    # Expiry is about starting: a running job (a live claim) is left to finish.
     "take_expired": f"""
 DELETE FROM {{jobs}} WHERE expires_at IS NOT NULL AND expires_at <= :now
+  AND (state = 'pending' OR deadline <= :now)
 RETURNING {_DEAD_COLS}""",
+    # Expired messages of these (event and reply queues) are dropped, not dead-lettered.
+    "transient_queues": """
+SELECT name FROM {queues} WHERE expires IS NOT NULL OR message_ttl IS NOT NULL""",
     "purge_dead": """
 DELETE FROM {dead}
 WHERE died_at < :now - COALESCE(
@@ -543,6 +550,8 @@ RETURNING id, queue, msg_id, body, priority, max_attempts, visibility_timeout, b
 INSERT INTO {jobs} (id, queue, msg_id, body, priority, max_attempts, visibility_timeout,
                     backoff_base, created_at, run_at, attempts)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)""",
+    "dead_explain": """
+UPDATE {dead} SET last_error = :error WHERE msg_id = :msg_id AND last_error = :was""",
     "dead_purge": """
 DELETE FROM {dead}
 WHERE (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))

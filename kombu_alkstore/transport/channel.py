@@ -15,6 +15,7 @@ from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from ..errors import ConfigurationError
 from ..store import Delivery, unbound
+from . import reasons
 from .envelope import to_job, to_message
 
 if TYPE_CHECKING:
@@ -435,7 +436,7 @@ class Channel(virtual.Channel):
             if requeue:
                 self.store.requeue([d])
             else:
-                self.store.fail([d], "rejected")
+                self.store.fail([d], reasons.take(d.msg_id))
         self.qos.reject(delivery_tag, requeue=False)
 
     def _release(self, tags: list[str]) -> list:

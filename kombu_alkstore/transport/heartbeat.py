@@ -13,6 +13,7 @@ than the worker's cannot make its jobs lapse between beats.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -82,7 +83,5 @@ class Heartbeater:
                 stop.wait(min(wait, MAX_SLEEP))
                 continue
             self.last = time.monotonic()
-            try:
+            with contextlib.suppress(Exception):  # beat() logs; the claims lapse by themselves
                 self._beat()
-            except Exception:  # noqa: BLE001 - logged by beat(); the claims lapse by themselves
-                pass

@@ -25,9 +25,11 @@ from ..store.options import parse_store_url
 from .channel import Channel, hand_back, tag_of
 from .heartbeat import Heartbeater
 from .options import parse_transport_options
+from .reasons import install as _install_reasons
 from .routing import RoutingCache
 
 logger = logging.getLogger("kombu_alkstore")
+_install_reasons()  # Celery's reasons for a reject, kept with the dead letter
 #: Seconds without a change after which an SQLite worker checks less often.
 IDLE_AFTER = 1.0
 
@@ -438,7 +440,7 @@ class Transport(virtual.Transport):
             return
         self.store.touch_queues(sorted(self._active_queues()))
         result = self.store.sweep()
-        if result.expired or result.dead_purged or result.queues_dropped:
+        if result.expired or result.dead_purged or result.queues_dropped or result.expired_dropped:
             logger.info("alkstore sweep: %s", result)
 
     def _maintain(self) -> None:

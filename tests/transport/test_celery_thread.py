@@ -92,13 +92,19 @@ def test_reject_without_requeue_is_a_dead_letter(target):
 
     @app.task(bind=True, shared=False)
     def refuse(self):
-        raise Reject("nope", requeue=False)
+        raise Reject("bad 7", requeue=False)
 
     with thread_worker(app):
         result = refuse.delay()
+        unknown = app.send_task("no.such.task")
         with target.open() as store:
             job = wait_for(lambda: dead_job(store, result.id), 15)
-            assert job.last_error == "rejected"
+            assert job.last_error == "rejected: bad 7"  # the reason Celery knows, kept
+            wait_for(lambda: dead_job(store, unknown.id), 15)
+            job = wait_for(
+                lambda: (j := dead_job(store, unknown.id)).last_error != "rejected" and j, 5
+            )
+            assert job.last_error == "rejected: unregistered task 'no.such.task'"
 
 
 def test_undecodable_body_is_dead_lettered_and_next_task_runs(target):
