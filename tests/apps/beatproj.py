@@ -5,9 +5,10 @@ Configured from the environment like ``tests.apps.proj``: ``ALKSTORE_TEST_BROKER
 ``ALKSTORE_TEST_RECORD`` (the file each task run appends one line to), plus
 ``ALKSTORE_BEAT_SCHEDULE`` (JSON ``{name: {"schedule": seconds-or-spec, "task": …}}``),
 ``ALKSTORE_BEAT_CRONTAB=<name>`` (adds a ``crontab(minute="*")`` entry of that name, in
-``ALKSTORE_BEAT_TIMEZONE`` when set), ``ALKSTORE_BEAT_LEASE_TTL``, and
-``ALKSTORE_BEAT_MAX_INTERVAL``. ``-S tests.apps.beatproj:CrashingScheduler`` is the beat
-that exits right after its first fire's publish, before the tick commits.
+``ALKSTORE_BEAT_TIMEZONE`` when set), ``ALKSTORE_BEAT_SCHEDULER`` (the ``beat_scheduler``
+setting), ``ALKSTORE_BEAT_LEASE_TTL``, and ``ALKSTORE_BEAT_MAX_INTERVAL``.
+``-S tests.apps.beatproj:CrashingScheduler`` is the beat that exits right after its first
+fire's publish, before the tick commits.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ if os.environ.get("ALKSTORE_BEAT_CRONTAB"):
     }
 if os.environ.get("ALKSTORE_BEAT_TIMEZONE"):
     app.conf.timezone = os.environ["ALKSTORE_BEAT_TIMEZONE"]
+if os.environ.get("ALKSTORE_BEAT_SCHEDULER"):  # e.g. "alkstore": beat_scheduler, not -S
+    app.conf.beat_scheduler = os.environ["ALKSTORE_BEAT_SCHEDULER"]
 
 app.conf.update(
     broker_transport_options=options,
