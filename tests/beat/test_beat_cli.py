@@ -140,3 +140,49 @@ def test_bad_broker_and_store_are_one_clear_line(sqlite_target, tmp_path):
     started = time.monotonic()
     one_line_error(cli("-b", "postgresql://nobody@127.0.0.1:1/x", "list"), "cannot connect")
     assert time.monotonic() - started < 30
+
+
+def test_cron_next_lifecycle_and_task_check(target):
+    b = ["-b", target.broker_url, "--schema", target.schema]
+    app = ["-A", "tests.apps.beatproj"]
+    one_line_error(
+        cli(*b, *app, "add", "r", "@daily", "tests.apps.beatproj.stmap"),
+        "'tests.apps.beatproj.stmap' is not registered",
+        "did you mean 'tests.apps.beatproj.stamp'",
+        "--skip-task-check",
+    )
+    out = ok(
+        cli(
+            *b,
+            *app,
+            "add",
+            "r",
+            "cron 30 1 * * *",
+            "tests.apps.beatproj.stamp",
+            "--tz",
+            "Europe/London",
+        )
+    )
+    assert "cron 30 1 * * * Europe/London" in out
+    # London 2026: 01:30 is skipped on 29 March (fires at 02:00 BST = 01:00Z) and
+    # repeated on 25 October (fires once, at 01:30 BST = 00:30Z).
+    spring = ok(cli(*b, "next", "r", "--count", "3", "--after", "2026-03-27T12:00:00Z"))
+    assert spring.splitlines() == [
+        "2026-03-28T01:30:00Z",
+        "2026-03-29T01:00:00Z",
+        "2026-03-30T00:30:00Z",
+    ]
+    autumn = ok(cli(*b, "next", "r", "-n", "2", "--after", "2026-10-24T12:00"))
+    assert autumn.splitlines() == ["2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"]
+    ok(cli(*b, "add", "e", "@every 1h", "t", "--skip-task-check"))
+    hourly = ok(cli(*b, "next", "e", "--count", "2", "--after", "2026-01-01T00:10:00+01:00"))
+    assert hourly.splitlines() == ["2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"]
+    assert "disabled 'r'" in ok(cli(*b, "disable", "r"))
+    assert "run requested for 'r'" in ok(cli(*b, "run-now", "r"))
+    listed = {s["name"]: s for s in json.loads(ok(cli(*b, "list", "--json")))}
+    assert listed["r"]["enabled"] is False and listed["r"]["run_requested"] is not None
+    assert listed["r"]["tz"] == "Europe/London" and listed["r"]["run_count"] == 0
+    table = ok(cli(*b, "list"))
+    assert "disabled +run-now" in table and "cron 30 1 * * * Europe/London" in table
+    assert "enabled 'r'" in ok(cli(*b, "enable", "r"))
+    one_line_error(cli(*b, "run-now", "nope"), "no schedule named 'nope'")
