@@ -12,7 +12,8 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,23 +110,29 @@ class RateTally:
         self._thread: threading.Thread | None = None
         self._trimmed = 0.0
 
-    def published(self, queues: Iterable[str]) -> None:
-        self._add(queues, 0)
+    def published(self, queues: Sequence[str]) -> None:
+        """Count one publish per entry of ``queues`` (queue names)."""
+        if len(queues) == 1:
+            self._add(queues[0], 1, 0)
+        elif queues:
+            for q, n in Counter(queues).items():
+                self._add(q, n, 0)
 
     def acked(self, deliveries: Iterable[Any], landed: set[int]) -> None:
+        """Count the acks that landed (``landed``: ids) of ``deliveries``."""
         if landed:
-            self._add((d.queue for d in deliveries if d.id in landed), 1)
+            for q, n in Counter(d.queue for d in deliveries if d.id in landed).items():
+                self._add(q, n, 1)
 
-    def _add(self, queues: Iterable[str], col: int) -> None:
+    def _add(self, queue: str, n: int, col: int) -> None:
         if self._pid != os.getpid():  # a forked child counts (and flushes) its own
             self._reset()
-        minute = time.time() // 60 * 60
+        key = (queue, time.time() // 60 * 60)
         with self._lock:
-            for q in queues:
-                c = self._counts.get((q, minute))
-                if c is None:
-                    c = self._counts[(q, minute)] = [0, 0]
-                c[col] += 1
+            c = self._counts.get(key)
+            if c is None:
+                c = self._counts[key] = [0, 0]
+            c[col] += n
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="alkstore-rates", daemon=True

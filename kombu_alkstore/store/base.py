@@ -390,7 +390,7 @@ class Store(abc.ABC):
         if not checked:
             return []
         ids = self._insert(checked)
-        self.rates_tally.published(j.queue for j in checked)
+        self.rates_tally.published([j.queue for j in checked])
         return ids
 
     def publish(self, jobs: Sequence[NewJob]) -> None:

@@ -259,7 +259,7 @@ class PostgresStore(Store):
             check_text_params(row)  # refused here, not after the call has returned
         if rows:
             self._pipelined().send(rows)
-            self.rates_tally.published(r["queue"] for r in rows)
+            self.rates_tally.published([r["queue"] for r in rows])
 
     def flush_publishes(self) -> None:
         if self._publisher is not None:
