@@ -140,7 +140,10 @@ def main() -> None:
             ("dead letters, next page", f"/dead?before={time.time() - 3000!r}:0"),
             ("dead letters of queue q3", "/dead?queue=q3"),
             ("dead letters, error contains 'input 42'", "/dead?error=input+42"),
+            ("dead letters, error matching none", "/dead?error=no+such+error"),
             ("dead letters, task tasks.t3", "/dead?task=tasks.t3"),
+            ("dead letters, task matching none", "/dead?task=tasks.none"),
+            ("dead letters, queue q3 + task tasks.t3", "/dead?queue=q3&task=tasks.t3"),
             ("one dead letter", f"/dead/{some_dead}"),
             ("schedules", "/schedules"),
             ("consumers", "/consumers"),
@@ -159,8 +162,8 @@ def main() -> None:
         for name, path, p50, p95_, mx in rows:
             print(f"| {name} | `{path}` | {p50:.0f} | {p95_:.0f} | {mx:.0f} |")
         print(
-            f"\nbackground count refresh (5 statements, every 5 s, not on a page load): "
-            f"{statistics.median(refresh):.0f} ms median of 3"
+            f"\nbackground count refresh (5 statements, on the sampler's timer, not on a page "
+            f"load): {statistics.median(refresh):.0f} ms median of 3"
         )
 
         where = DeadFilter(queue="bulk")

@@ -13,7 +13,7 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +83,19 @@ class RatePoint:
     acked: int
 
 
+#: Every tally of this process: a forked child starts its own counts and thread.
+_TALLIES: weakref.WeakSet[RateTally] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for tally in list(_TALLIES):
+        tally._reset()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class RateTally:
     """Publishes and acks counted per queue and minute in this process (a dict update per
     message), written to the ``rates`` table by a daemon thread every ``interval`` seconds
@@ -101,9 +114,9 @@ class RateTally:
         self._write = weakref.WeakMethod(write)  # type: ignore[arg-type]
         self._trim = weakref.WeakMethod(trim)  # type: ignore[arg-type]
         self._reset()
+        _TALLIES.add(self)
 
     def _reset(self) -> None:
-        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._counts: dict[tuple[str, float], list[int]] = {}
         self._stop = threading.Event()
@@ -118,15 +131,21 @@ class RateTally:
             for q, n in Counter(queues).items():
                 self._add(q, n, 0)
 
-    def acked(self, deliveries: Iterable[Any], landed: set[int]) -> None:
+    def acked(self, deliveries: Sequence[Any], landed: set[int]) -> None:
         """Count the acks that landed (``landed``: ids) of ``deliveries``."""
-        if landed:
-            for q, n in Counter(d.queue for d in deliveries if d.id in landed).items():
-                self._add(q, n, 1)
+        if not landed:
+            return
+        if len(deliveries) == 1:  # the worker's usual single ack: no counting loop
+            self._add(deliveries[0].queue, 1, 1)
+            return
+        counts: dict[str, int] = {}
+        for d in deliveries:
+            if d.id in landed:
+                counts[d.queue] = counts.get(d.queue, 0) + 1
+        for q, n in counts.items():
+            self._add(q, n, 1)
 
     def _add(self, queue: str, n: int, col: int) -> None:
-        if self._pid != os.getpid():  # a forked child counts (and flushes) its own
-            self._reset()
         key = (queue, time.time() // 60 * 60)
         with self._lock:
             c = self._counts.get(key)
@@ -150,8 +169,6 @@ class RateTally:
 
     def flush(self) -> None:
         """Write what was counted since the last flush (one statement)."""
-        if self._pid != os.getpid():
-            return
         with self._lock:
             rows = self._take()
         self._flush_rows(rows)
@@ -172,7 +189,5 @@ class RateTally:
 
     def close(self) -> None:
         """Flush and stop the thread (the store is closing)."""
-        if self._pid != os.getpid():
-            return
         self._stop.set()
         self.flush()

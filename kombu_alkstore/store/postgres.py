@@ -743,7 +743,7 @@ w AS (
       AND octet_length(%(body)s::bytea) + octet_length(%(queue)s::text)
           + octet_length(COALESCE(%(msg_id)s::text, '')) <= {HANDOFF_MAX_BYTES}
       AND NOT {_WAITER_DEAD.format(alias="x")}  -- a dead one's row is skipped (and swept)
-      AND {_ACTIVE.format(queue="%(queue)s")}  -- nor is a job of a paused queue handed off
+      AND {_ACTIVE.format(queue="x.queue")}  -- nor is a job of a paused queue handed off
     ORDER BY x.slots DESC  -- the idlest: a burst spreads over the idle workers
     LIMIT 1
     FOR UPDATE OF x SKIP LOCKED

@@ -173,7 +173,10 @@ class Dashboard:
         jobs = self.store.dead_search(where, PAGE_SIZE + 1, cursor)
         more = len(jobs) > PAGE_SIZE
         jobs = jobs[:PAGE_SIZE]
-        count = self.store.dead_count(where, COUNT_CAP + 1)
+        if cursor is None and not more:
+            count = len(jobs)  # the first page holds them all: no second scan
+        else:
+            count = self.store.dead_count(where, COUNT_CAP + 1)
         query = filter_query(where)
         next_url = None
         if more:

@@ -27,8 +27,12 @@ logger = logging.getLogger(__name__)
 
 #: Dead letters moved or deleted per statement by a bulk action.
 BULK_BATCH = 2000
-#: Matching dead letters are counted up to this many on a page (then "10,000+").
-COUNT_CAP = 10_000
+#: Matching dead letters are counted up to this many on a page (then "1,000+"), so a
+#: page with a text filter stops reading once that many matched.
+COUNT_CAP = 1_000
+#: The sampler waits at least this many times its last read between two reads, so the
+#: whole-table counts cost at most about 1/(1+LOAD_FACTOR) of one database core.
+LOAD_FACTOR = 5.0
 
 
 @dataclass
@@ -56,7 +60,8 @@ class Snapshot:
 
 
 class Sampler:
-    """Refreshes the :class:`Snapshot` every ``refresh`` seconds in a daemon thread."""
+    """Refreshes the :class:`Snapshot` every ``refresh`` seconds in a daemon thread (or
+    :data:`LOAD_FACTOR` times as long as the last read took, when that is longer)."""
 
     def __init__(self, store: Store, refresh: float = 5.0) -> None:
         self.store = store
@@ -96,7 +101,7 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(self.refresh)
+            self._wake.wait(max(self.refresh, LOAD_FACTOR * self.snapshot.took))
             self._wake.clear()
             if not self._stop.is_set():
                 self.take()

@@ -206,3 +206,25 @@ def test_claim_stats_per_queue(target):
     assert (stat.queue, stat.processing) == ("q", 2)
     assert stat.oldest_created <= time.time() and stat.next_deadline > time.time()
     store.close()
+
+
+def test_rate_counts_of_a_forked_child_are_its_own(sqlite_target):
+    import os
+
+    store = sqlite_target.open()
+    store.enqueue("a", b"1")  # counted in the parent, not flushed yet
+    pid = os.fork()
+    if pid == 0:  # the child: its tally starts empty, counts its own publishes
+        try:
+            child = sqlite_target.open()
+            child.enqueue("b", b"2")
+            child.close()
+            store.rates_tally.flush()  # the parent's counts are not the child's to write
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert {t.queue: t.published for t in store.rate_totals()} == {"b": 1}
+    store.close()
+    other = sqlite_target.open()
+    assert {t.queue: t.published for t in other.rate_totals()} == {"a": 1, "b": 1}
+    other.close()
