@@ -1,4 +1,5 @@
-"""celery-beat-alkstore: a Celery beat scheduler keeping ``@every`` schedules in the store.
+"""celery-beat-alkstore: a Celery beat scheduler keeping ``@every`` and cron schedules in the
+store.
 
 ``celery -A proj beat -S alkstore`` (or ``-S celery_beat_alkstore:Scheduler``). Any number
 of beats may run: one holds the lease and ticks, and each boundary is fired once per
@@ -17,23 +18,33 @@ from typing import Any
 from .api import (
     LEASE_NAME,
     Schedule,
+    disable,
+    enable,
     first_boundary,
+    get_schedule,
     list_schedules,
+    run_now,
     schedule,
     store_target,
     unschedule,
     upcoming,
 )
-from .spec import format_spec, parse_spec
+from .spec import GRAMMAR, Spec, format_spec, parse_spec
 
 __all__ = [
+    "GRAMMAR",
     "LEASE_NAME",
     "Schedule",
     "Scheduler",
+    "Spec",
+    "disable",
+    "enable",
     "first_boundary",
     "format_spec",
+    "get_schedule",
     "list_schedules",
     "parse_spec",
+    "run_now",
     "schedule",
     "store_target",
     "unschedule",

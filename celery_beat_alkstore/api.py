@@ -8,7 +8,9 @@ schedules every tick, so a change is picked up without a restart.
 
 from __future__ import annotations
 
+import difflib
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +22,7 @@ from kombu_alkstore.errors import ConfigurationError
 from kombu_alkstore.store import ScheduleRow, Store, StoreOptions, StoreURL, shared_store
 from kombu_alkstore.store.options import parse_store_url, validate_name
 
-from .spec import parse_spec
+from .spec import KIND_CRON, Spec, parse_spec, row_spec
 
 #: The leadership lease every beat on one store competes for.
 LEASE_NAME = "__alkstore_scheduler"
@@ -33,7 +35,7 @@ ORIGIN_API = "api"
 
 @dataclass(frozen=True)
 class Schedule:
-    """A schedule as stored, with its arguments decoded."""
+    """A schedule as stored, with its arguments decoded and its lifecycle."""
 
     name: str
     spec: str
@@ -44,6 +46,13 @@ class Schedule:
     options: dict
     next_at: float
     origin: str
+    kind: str = "every"
+    tz: str = "UTC"
+    enabled: bool = True
+    last_run_at: float | None = None
+    run_count: int = 0
+    last_error: str | None = None
+    run_requested: float | None = None
 
     @classmethod
     def from_row(cls, row: ScheduleRow) -> Schedule:
@@ -57,22 +66,81 @@ class Schedule:
             options=dict(loads(row.options)),
             next_at=row.next_at,
             origin=row.origin,
+            kind=row.kind,
+            tz=row.tz,
+            enabled=row.enabled,
+            last_run_at=row.last_run_at,
+            run_count=row.run_count,
+            last_error=row.last_error,
+            run_requested=row.run_requested,
         )
 
-    def boundaries(self, count: int) -> list[float]:
-        """The next ``count`` boundaries, starting from the stored ``next_at``."""
-        return [self.next_at + i * self.interval for i in range(count)]
+    @property
+    def parsed(self) -> Spec:
+        return row_spec(self.kind, self.spec, self.interval, self.tz)
+
+    @property
+    def display(self) -> str:
+        """The spec as written back (cron with its time zone)."""
+        return f"{self.spec} {self.tz}" if self.kind == KIND_CRON else self.spec
+
+    def boundaries(self, count: int, after: float | None = None) -> list[float]:
+        """The next ``count`` boundaries: from the stored ``next_at`` (the next one the
+        beat fires, overdue or not), or those strictly after ``after`` (on the same grid)."""
+        spec = self.parsed
+        out: list[float] = []
+        b = self.next_at if after is None else spec.first_after(after, self.next_at)
+        while len(out) < count:
+            out.append(b)
+            b = spec.next_after(b)
+        return out
 
 
 def first_boundary(interval: float, now: float | None = None) -> float:
-    """The first boundary after ``now`` on the schedule's grid.
-
-    A new schedule's grid is aligned to the epoch (multiples of its interval since
-    1970-01-01 UTC), so every beat computes the same grid: ``@every 1m`` fires on whole
-    minutes, ``@every 1d`` at midnight UTC. Once stored, ``next_at`` carries the grid.
-    """
+    """The first boundary after ``now`` on an ``@every`` grid aligned to the epoch
+    (multiples of its interval since 1970-01-01 UTC), so every beat computes the same
+    grid: ``@every 1m`` fires on whole minutes, ``@every 1d`` at midnight UTC. Once
+    stored, ``next_at`` carries the grid."""
     now = time.time() if now is None else now
     return (math.floor(now / interval) + 1) * interval
+
+
+def app_timezone(app: Any) -> str:
+    """The zone a cron schedule without one is read in: the app's ``timezone``, else UTC
+    with ``enable_utc`` (Celery's default), else the host's zone (``TZ`` or
+    ``/etc/localtime``)."""
+    if app is None:
+        return "UTC"
+    zone = app.conf.timezone
+    if zone:
+        return str(getattr(zone, "key", zone))
+    if app.conf.enable_utc:
+        return "UTC"
+    local = os.environ.get("TZ", "").lstrip(":")
+    if not local:
+        try:
+            local = os.path.realpath("/etc/localtime").split("zoneinfo/", 1)[1]
+        except IndexError:
+            local = ""
+    if not local:
+        raise ConfigurationError(
+            "enable_utc is off and no timezone is set, and the host's time zone has no "
+            "IANA name: set the app's timezone setting (e.g. 'Europe/Paris')"
+        )
+    return local
+
+
+def check_task(app: Any, task: str, where: str = "") -> None:
+    """Refuse a task name the app's registry does not know (suggesting close ones)."""
+    known = set(app.tasks.keys())
+    if task in known:
+        return
+    close = difflib.get_close_matches(task, sorted(known), n=3)
+    hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+    raise ConfigurationError(
+        f"{where}task {task!r} is not registered in app {app.main!r}{hint}; schedule it "
+        "anyway with check_task=False (CLI: --skip-task-check)"
+    )
 
 
 def _where(name: str, what: str = "schedule") -> str:
@@ -147,12 +215,15 @@ def make_row(
     origin: str = ORIGIN_API,
     now: float | None = None,
     what: str = "schedule",
+    tz: str | None = None,
+    default_tz: str = "UTC",
 ) -> ScheduleRow:
     """Validate one schedule and build its row; every error names the schedule
-    (as ``what`` — e.g. ``"beat_schedule entry"``)."""
+    (as ``what`` — e.g. ``"beat_schedule entry"``). A cron spec is read in its own zone,
+    else ``tz``, else ``default_tz``; ``next_at`` is its first boundary after ``now``."""
     validate_schedule_name(name)
     where = _where(name, what)
-    canonical, interval = parse_spec(spec, name, what)
+    parsed = parse_spec(spec, name, what, tz=tz, default_tz=default_tz)
     if not isinstance(task, str) or not task.strip():
         raise ConfigurationError(f"{where}task must be a task name, got {task!r}")
     if args is None:
@@ -168,14 +239,16 @@ def make_row(
     opts = _check_options(options, where)
     return ScheduleRow(
         name=name,
-        spec=canonical,
-        interval=float(interval),
+        spec=parsed.text,
+        interval=float(parsed.interval),
         task=task,
         args=_json(list(args), "args", where),
         kwargs=_json(dict(kwargs), "kwargs", where),
         options=_json(opts, "options", where),
-        next_at=first_boundary(interval, now),
+        next_at=parsed.first_after(time.time() if now is None else now),
         origin=origin,
+        kind=parsed.kind,
+        tz=parsed.tz,
     )
 
 
@@ -238,6 +311,14 @@ def _store(app: Any, store: Store | None) -> Store:
     return store_target(app).open()
 
 
+def _app(app: Any) -> Any:
+    if app is None:
+        from celery import current_app
+
+        return current_app
+    return app
+
+
 def schedule(
     name: str,
     spec: Any,
@@ -246,23 +327,51 @@ def schedule(
     kwargs: Mapping[str, Any] | None = None,
     options: Mapping[str, Any] | None = None,
     *,
+    tz: str | None = None,
+    check_task: bool | None = None,
     app: Any = None,
     store: Store | None = None,
 ) -> Schedule:
     """Create or update the schedule ``name`` (upsert; persists across beat restarts).
 
-    ``spec`` is ``'@every <n><unit>'``, a number of seconds or a ``timedelta``;
+    ``spec`` is in the grammar of :mod:`celery_beat_alkstore.spec` (``'@every 5m'``,
+    ``'cron 30 7 * * * Europe/Paris'``), a number of seconds, a ``timedelta`` or a Celery
+    ``crontab``; ``tz`` the zone of a cron spec that names none (default: the app's).
     ``options`` are ``apply_async`` options (``queue``, ``priority``, ``expires`` in
-    seconds, ``routing_key``, ``headers``, …). Re-registering with the same interval
-    keeps the schedule's grid; a new interval starts a new grid.
+    seconds, ``routing_key``, ``headers``, …). Re-registering with the same spec and
+    zone keeps the schedule's grid; a new one starts a new grid. The lifecycle (enabled,
+    runs, last error) is kept.
+
+    The task name is checked against the app's registry (``app``, or the current app
+    when no ``store`` is given): an unknown one is a ConfigurationError unless
+    ``check_task=False``. With only ``store=``, no app is at hand and nothing is checked
+    unless ``check_task=True`` (then against the current app).
     """
-    row = make_row(name, spec, task, args, kwargs, options, origin=ORIGIN_API)
-    target = _store(app, store)
+    if check_task is None:
+        check_task = app is not None or store is None
+    resolved = _app(app) if (app is not None or store is None or check_task) else None
+    target = _store(resolved, store)
+    row = make_row(
+        name,
+        spec,
+        task,
+        args,
+        kwargs,
+        options,
+        origin=ORIGIN_API,
+        tz=tz,
+        default_tz=app_timezone(resolved),
+        now=target.schedule_clock(),
+    )
+    if check_task:
+        _check_task(resolved, row.task, _where(name))
     target.schedule_upsert(row, keep_grid=True)
-    for stored in target.schedule_list():
-        if stored.name == name:
-            return Schedule.from_row(stored)
-    return Schedule.from_row(row)  # removed concurrently
+    stored = target.schedule_get(name)
+    return Schedule.from_row(stored or row)
+
+
+def _check_task(app: Any, task: str, where: str) -> None:
+    check_task(app, task, where)
 
 
 def unschedule(name: str, *, app: Any = None, store: Store | None = None) -> bool:
@@ -276,10 +385,50 @@ def list_schedules(*, app: Any = None, store: Store | None = None) -> list[Sched
     return [Schedule.from_row(r) for r in _store(app, store).schedule_list()]
 
 
-def upcoming(schedules: Sequence[Schedule], count: int = 10) -> list[tuple[float, Schedule]]:
-    """The next ``count`` boundaries over all ``schedules``, earliest first."""
+def get_schedule(name: str, *, app: Any = None, store: Store | None = None) -> Schedule | None:
+    row = _store(app, store).schedule_get(name)
+    return None if row is None else Schedule.from_row(row)
+
+
+def disable(name: str, *, app: Any = None, store: Store | None = None) -> bool:
+    """Stop firing ``name`` (persisted). It keeps its grid; False when there is none."""
+    return _store(app, store).schedule_disable(name)
+
+
+def enable(name: str, *, app: Any = None, store: Store | None = None) -> bool:
+    """Fire ``name`` again. A schedule that was disabled resumes at its next boundary on
+    its own grid after now (the database's clock): boundaries that passed while it was
+    disabled are not replayed. False when there is no such schedule."""
+    target = _store(app, store)
+    for _ in range(10):
+        row = target.schedule_get(name)
+        if row is None:
+            return False
+        if row.enabled:
+            return True
+        now = target.schedule_clock()
+        s = Schedule.from_row(row)
+        new = row.next_at if row.next_at > now else s.parsed.first_after(now, row.next_at)
+        if target.schedule_enable(name, row.next_at, new):
+            return True
+    raise ConfigurationError(f"schedule {name!r} kept changing; enable it again")
+
+
+def run_now(name: str, *, app: Any = None, store: Store | None = None) -> bool:
+    """Ask the running beat for one extra run of ``name`` now (its grid untouched; a
+    disabled schedule runs too). Requests made before the beat fires it are one run.
+    False when there is no such schedule."""
+    return _store(app, store).schedule_run_now(name)
+
+
+def upcoming(
+    schedules: Sequence[Schedule], count: int = 10, after: float | None = None
+) -> list[tuple[float, Schedule]]:
+    """The next ``count`` boundaries over all enabled ``schedules``, earliest first (from
+    each stored ``next_at``, or strictly after ``after``)."""
     found: list[tuple[float, Schedule]] = []
     for s in schedules:
-        found.extend((at, s) for at in s.boundaries(count))
+        if s.enabled:
+            found.extend((at, s) for at in s.boundaries(count, after))
     found.sort(key=lambda pair: (pair[0], pair[1].name))
     return found[:count]

@@ -1,14 +1,17 @@
 """``python -m celery_beat_alkstore`` / ``celery-beat-alkstore``: the schedules in a store.
 
     celery-beat-alkstore -b alkstore+postgresql://db/app list
-    celery-beat-alkstore add nightly-report "@every 1d" proj.tasks.report --queue reports
-    celery-beat-alkstore next -n 5
-    celery-beat-alkstore remove nightly-report
+    celery-beat-alkstore -A proj add report "cron 30 7 * * mon-fri Europe/Paris" proj.tasks.report
+    celery-beat-alkstore next report --count 5 --after 2026-03-28T00:00:00Z
+    celery-beat-alkstore disable report | enable report | run-now report
+    celery-beat-alkstore remove report
 
 ``-b/--broker`` takes the broker URL (``alkstore+postgresql://…``, ``alkstore+sqlite:///…``
-or the plain database URL), by default ``$CELERY_BROKER_URL``; ``--schema`` the store
-schema (the transport option ``schema``, default ``alkstore``). A mistake prints one line
-on stderr and exits non-zero.
+or the plain database URL), by default the app's (``-A``) or ``$CELERY_BROKER_URL``;
+``--schema`` the store schema (the transport option ``schema``, default ``alkstore``).
+``-A/--app`` names the Celery app (as ``celery -A``): ``add`` checks the task name against
+its registry and reads cron specs without a zone in its time zone. A mistake prints one
+line on stderr and exits non-zero.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ import argparse
 import json
 import os
 import sys
-import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any, NoReturn
 
 from kombu_alkstore.errors import AlkstoreError, ConfigurationError, SchemaMissing
+
+from .cron import utc_iso
+from .spec import GRAMMAR
 
 PROG = "celery-beat-alkstore"
 
@@ -40,29 +45,70 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get("CELERY_BROKER_URL"),
         help="broker or database URL (default: $CELERY_BROKER_URL)",
     )
-    p.add_argument("--schema", default="alkstore", help="store schema (default: alkstore)")
+    p.add_argument("--schema", default=None, help="store schema (default: alkstore)")
+    p.add_argument("-A", "--app", help="the Celery app (as celery -A), to check task names")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     ls = sub.add_parser("list", help="list the schedules")
     ls.add_argument("--json", action="store_true", help="print JSON")
     add = sub.add_parser("add", help="create or update a schedule")
     add.add_argument("name")
-    add.add_argument("spec", help="'@every <n><unit>', unit s, m, h or d")
+    add.add_argument("spec", help=f"the schedule: {GRAMMAR}")
     add.add_argument("task", help="the task name")
+    add.add_argument("--tz", help="time zone of a cron spec naming none (default: the app's)")
+    add.add_argument(
+        "--skip-task-check",
+        action="store_true",
+        help="do not check the task name against the app's registry",
+    )
     add.add_argument("--args", default="[]", help="positional arguments, a JSON list")
     add.add_argument("--kwargs", default="{}", help="keyword arguments, a JSON object")
     add.add_argument("--queue", help="the queue to send to")
     add.add_argument("--priority", type=int, help="message priority 0-255")
     add.add_argument("--expires", type=float, help="seconds after each fire the task expires")
-    rm = sub.add_parser("remove", help="remove a schedule")
-    rm.add_argument("name")
-    nxt = sub.add_parser("next", help="the upcoming boundaries")
-    nxt.add_argument("-n", type=int, default=10, help="how many (default 10)")
+    for cmd, text in (
+        ("remove", "remove a schedule"),
+        ("enable", "fire a disabled schedule again, from its next boundary"),
+        ("disable", "stop firing a schedule (it keeps its grid)"),
+        ("run-now", "one extra run by the running beat (the grid untouched)"),
+    ):
+        sub.add_parser(cmd, help=text).add_argument("name")
+    nxt = sub.add_parser(
+        "next",
+        help="the upcoming boundaries; with NAME, one UTC ISO-8601 timestamp per line",
+    )
+    nxt.add_argument("-n", "--count", dest="n", type=int, default=10, help="how many (10)")
+    nxt.add_argument("--after", help="boundaries after this ISO-8601 instant (naive: UTC)")
     nxt.add_argument("name", nargs="?", help="only this schedule")
     return p
 
 
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="milliseconds")
+def _iso(epoch: float | None) -> str:
+    return "-" if epoch is None else utc_iso(epoch)
+
+
+def _instant(text: str) -> float:
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ConfigurationError(
+            f"--after {text!r} is not an ISO-8601 date-time (e.g. 2026-03-29T01:00:00Z)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
+def _load_app(args: argparse.Namespace) -> Any:
+    if not args.app:
+        return None
+    from celery.app.utils import find_app
+
+    try:
+        app = find_app(args.app)
+    except Exception as exc:  # ImportError, AttributeError, a broken module
+        raise ConfigurationError(f"-A {args.app!r}: {type(exc).__name__}: {exc}") from None
+    app.loader.import_default_modules()
+    return app
 
 
 def _json_arg(text: str, what: str, kind: type) -> Any:
@@ -79,12 +125,21 @@ def _json_arg(text: str, what: str, kind: type) -> Any:
 def _open(args: argparse.Namespace, create: bool) -> Any:
     from kombu_alkstore.store import open_store
 
+    app = args.celery_app
     url = args.broker
+    schema = args.schema
+    if app is not None and not url:
+        from .api import store_target
+
+        target = store_target(app)
+        return open_store(target.url, schema=schema or target.options.schema, setup=create)
     if not url:
-        raise ConfigurationError("no broker URL: pass -b/--broker or set CELERY_BROKER_URL")
+        raise ConfigurationError(
+            "no broker URL: pass -b/--broker or -A/--app, or set CELERY_BROKER_URL"
+        )
     if url.startswith("alkstore+"):
         url = url[len("alkstore+") :]
-    return open_store(url, schema=args.schema, setup=create)
+    return open_store(url, schema=schema or "alkstore", setup=create)
 
 
 def _list(store: Any, args: argparse.Namespace) -> int:
@@ -97,10 +152,30 @@ def _list(store: Any, args: argparse.Namespace) -> int:
     if not schedules:
         print("no schedules")
         return 0
-    rows = [("NAME", "SPEC", "TASK", "NEXT (UTC)", "ORIGIN", "OPTIONS")]
+    rows = [
+        ("NAME", "SPEC", "TASK", "NEXT (UTC)", "STATE", "RUNS", "LAST RUN (UTC)", "ORIGIN")
+        + ("OPTIONS / LAST ERROR",)
+    ]
     for s in schedules:
-        opts = json.dumps(s.options, default=str) if s.options else "-"
-        rows.append((s.name, s.spec, s.task, _iso(s.next_at), s.origin, opts))
+        extra = json.dumps(s.options, default=str) if s.options else "-"
+        if s.last_error:
+            extra += f"  error: {s.last_error}"
+        state = ("enabled" if s.enabled else "disabled") + (
+            " +run-now" if s.run_requested is not None else ""
+        )
+        rows.append(
+            (
+                s.name,
+                s.display,
+                s.task,
+                _iso(s.next_at),
+                state,
+                str(s.run_count),
+                _iso(s.last_run_at),
+                s.origin,
+                extra,
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
@@ -108,7 +183,7 @@ def _list(store: Any, args: argparse.Namespace) -> int:
 
 
 def _add(store: Any, args: argparse.Namespace) -> int:
-    from .api import schedule
+    from .api import make_row, schedule
 
     options: dict[str, Any] = {}
     if args.queue is not None:
@@ -117,16 +192,40 @@ def _add(store: Any, args: argparse.Namespace) -> int:
         options["priority"] = args.priority
     if args.expires is not None:
         options["expires"] = args.expires
+    app = args.celery_app
+    positional = _json_arg(args.args, "args", list)
+    keywords = _json_arg(args.kwargs, "kwargs", dict)
+    if app is None and not args.skip_task_check:
+        make_row(args.name, args.spec, args.task, positional, keywords, options, tz=args.tz)
+        raise ConfigurationError(
+            f"cannot check the task name {args.task!r} without the app: pass -A/--app "
+            "(the Celery app, as celery -A) or --skip-task-check"
+        )
     s = schedule(
         args.name,
         args.spec,
         args.task,
-        _json_arg(args.args, "args", list),
-        _json_arg(args.kwargs, "kwargs", dict),
+        positional,
+        keywords,
         options,
+        tz=args.tz,
+        check_task=not args.skip_task_check,
+        app=app,
         store=store,
     )
-    print(f"scheduled {s.name!r}: {s.spec} -> {s.task}, next at {_iso(s.next_at)}")
+    print(f"scheduled {s.name!r}: {s.display} -> {s.task}, next at {_iso(s.next_at)}")
+    return 0
+
+
+def _lifecycle(store: Any, args: argparse.Namespace) -> int:
+    from .api import disable, enable, run_now
+
+    act = {"enable": enable, "disable": disable, "run-now": run_now}[args.command]
+    if not act(args.name, store=store):
+        print(f"{PROG}: error: no schedule named {args.name!r}", file=sys.stderr)
+        return 1
+    done = {"enable": "enabled", "disable": "disabled", "run-now": "run requested for"}
+    print(f"{done[args.command]} {args.name!r}")
     return 0
 
 
@@ -144,32 +243,45 @@ def _next(store: Any, args: argparse.Namespace) -> int:
     from .api import list_schedules, upcoming
 
     if args.n < 1:
-        raise ConfigurationError(f"-n must be at least 1, got {args.n}")
+        raise ConfigurationError(f"-n/--count must be at least 1, got {args.n}")
+    after = None if args.after is None else _instant(args.after)
     schedules = list_schedules(store=store)
     if args.name is not None:
         schedules = [s for s in schedules if s.name == args.name]
         if not schedules:
             print(f"{PROG}: error: no schedule named {args.name!r}", file=sys.stderr)
             return 1
+        for at in schedules[0].boundaries(args.n, after):  # scriptable: timestamps only
+            print(utc_iso(at))
+        return 0
     if not schedules:
         print("no schedules")
         return 0
-    now = time.time()
-    for at, s in upcoming(schedules, args.n):
+    now = store.schedule_clock()
+    for at, s in upcoming(schedules, args.n, after):
         when = f"overdue by {now - at:.1f}s" if at <= now else f"in {at - now:.1f}s"
         print(f"{_iso(at)}  {s.name}  {s.task}  ({when})")
     return 0
 
 
-COMMANDS = {"list": _list, "add": _add, "remove": _remove, "next": _next}
+COMMANDS = {
+    "list": _list,
+    "add": _add,
+    "remove": _remove,
+    "next": _next,
+    "enable": _lifecycle,
+    "disable": _lifecycle,
+    "run-now": _lifecycle,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.error("a command is required: list, add, remove or next")
+        parser.error(f"a command is required: {', '.join(COMMANDS)}")
     try:
+        args.celery_app = _load_app(args)
         store = _open(args, create=args.command == "add")
         try:
             return COMMANDS[args.command](store, args)

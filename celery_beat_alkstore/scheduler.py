@@ -1,15 +1,18 @@
-"""The beat Scheduler: ``@every`` schedules in the store, each boundary fired once.
+"""The beat Scheduler: ``@every`` and cron schedules in the store, each boundary fired once.
 
-``celery -A proj beat -S alkstore`` (or ``-S celery_beat_alkstore:Scheduler``).
+``celery -A proj beat -S alkstore`` (or ``-S celery_beat_alkstore:Scheduler``, or the
+setting ``beat_scheduler = "alkstore"``, which ``celery worker -B`` reads too).
 
 Each tick, the beat holding the lease ``__alkstore_scheduler`` opens one store
-transaction, renews the lease in it, locks the due schedule rows (rows another ticker
-holds are skipped), and for each due boundary advances ``next_at`` by exactly one interval
-(guarded by the previous ``next_at``) and publishes the task. When the broker is the
-alkstore transport on the same database, the publish joins that transaction: fire and
-advance commit together, and a crash before the commit refires the boundary. With
-another broker the message is published before the commit (at-least-once: a crash
-between the two refires the boundary).
+transaction, renews the lease in it, reads the database's clock, locks the due schedule
+rows (rows another ticker holds are skipped), and for each due boundary advances
+``next_at`` from that boundary to the next one (guarded by the boundary) and publishes
+the task. Each schedule's fires run in a savepoint: one schedule that cannot be fired
+is rolled back alone (its error stored), the others' fires stay and commit. When the
+broker is the alkstore transport on the same database, the publish joins that
+transaction: fire and advance commit together, and a crash before the commit refires
+the boundary. With another broker the message is published before the commit
+(at-least-once: a crash between the two refires the boundary).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import socket
 import sqlite3
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -33,40 +37,41 @@ from kombu_alkstore.errors import (
     SchemaMissing,
     StoreUnavailable,
 )
+from kombu_alkstore.store import ScheduleRow
 
 from .api import (
     LEASE_NAME,
     ORIGIN_CONFIG,
     Schedule,
     StoreTarget,
+    app_timezone,
     make_row,
     store_target,
 )
+from .cron import utc_iso
+from .spec import GRAMMAR, KIND_CRON, row_spec
 
 logger = get_logger(__name__)
 
 #: Missed boundaries replayed per schedule per tick; the rest are skipped (logged).
 CATCH_UP_LIMIT = 64
 DEFAULT_LEASE_TTL = 10.0
-#: Environment hook for tests: exit the process after a fire's enqueue, before commit.
-CRASH_HOOK = "ALKSTORE_BEAT_CRASH_AFTER_ENQUEUE"
+#: A schedule that could not be fired is retried after this long (seconds, at most).
+FAILED_RETRY = 5.0
+#: A schedule whose stored spec cannot be read is looked at again after this long.
+BAD_SPEC_RETRY = 60.0
 
-#: The store or the broker cannot be reached: no schedule is to blame.
+#: The store or the broker cannot be reached: no schedule is to blame, the tick stops.
 UNAVAILABLE = (
     StoreUnavailable,
-    psycopg.Error,
-    sqlite3.Error,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    sqlite3.OperationalError,
     KombuOperationalError,
     OSError,
 )
 #: Errors of the store or the broker that a later tick may get past.
-TRANSIENT = (AlkstoreError, *UNAVAILABLE)
-
-
-class _FireFailed(Exception):
-    def __init__(self, name: str, exc: BaseException) -> None:
-        super().__init__(name, exc)
-        self.name, self.exc = name, exc
+TRANSIENT = (AlkstoreError, psycopg.Error, sqlite3.Error, *UNAVAILABLE)
 
 
 class Scheduler(beat.Scheduler):
@@ -93,6 +98,9 @@ class Scheduler(beat.Scheduler):
         self.leader = False
         self._failing: dict[str, float] = {}
         self._last_error = 0.0
+        #: The database's clock minus this host's, as of the last tick.
+        self._skew = 0.0
+        self.default_tz = "UTC"
         super().__init__(app, *args, **kwargs)
 
     # ------------------------------------------------------------------ setup
@@ -100,27 +108,46 @@ class Scheduler(beat.Scheduler):
         """Validate ``beat_schedule`` (refusing the start on any bad entry, before the
         store is touched), then upsert it and drop config entries no longer in it."""
         try:
+            self.default_tz = app_timezone(self.app)
             rows = self._config_rows()
             self.target = store_target(self.app)
             self.store = self.target.open()
         except (ConfigurationError, StoreUnavailable, SchemaMissing) as exc:
+            logger.error("beat (alkstore scheduler): %s", exc)
             raise SystemExit(f"celery beat (alkstore scheduler): {exc}") from None
         names = {row.name for row in rows}
+        now = self.store.schedule_clock()
         for row in rows:
-            self.store.schedule_upsert(row, keep_grid=True)
+            self.store.schedule_upsert(replace(row, next_at=self._first(row, now)), keep_grid=True)
         for stored in self.store.schedule_list():
             gone = stored.origin == ORIGIN_CONFIG and stored.name not in names
             if gone and self.store.schedule_delete(stored.name):
                 logger.info("beat: removed schedule %r (no longer in beat_schedule)", stored.name)
+                continue
+            if stored.task not in self.app.tasks:
+                logger.warning(
+                    "beat: schedule %r: task %r is not registered in app %r; it is sent by "
+                    "name (check the name, or that the worker defines it)",
+                    stored.name,
+                    stored.task,
+                    self.app.main,
+                )
         logger.info(
-            "beat: %d schedule(s) from beat_schedule stored in %s (schema %r); %s",
+            "beat: %d schedule(s) from beat_schedule stored in %s (schema %r), cron read in "
+            "%s unless a schedule names its zone; %s",
             len(rows),
             self.target.url.masked(),
             self.target.options.schema,
+            self.default_tz,
             "fire and advance commit together"
             if self.target.same_database
             else "broker is another system: publish, then commit (at-least-once)",
         )
+
+    @staticmethod
+    def _first(row: ScheduleRow, now: float) -> float:
+        """A new row's first boundary after the database's clock."""
+        return row_spec(row.kind, row.spec, row.interval, row.tz).first_after(now)
 
     def _config_rows(self) -> list:
         entries = dict(self.app.conf.beat_schedule or {})
@@ -144,6 +171,8 @@ class Scheduler(beat.Scheduler):
                     entry.get("options") or {},
                     origin=ORIGIN_CONFIG,
                     what="beat_schedule entry",
+                    tz=entry.get("tz"),
+                    default_tz=self.default_tz,
                 )
             )
         if self.app.conf.result_expires and "celery.backend_cleanup" not in entries:
@@ -152,34 +181,41 @@ class Scheduler(beat.Scheduler):
             except Exception:  # an unloadable backend: nothing to clean up here
                 supports = True
             if not supports:
-                # Celery's default is a daily crontab; alkstore schedules are intervals.
+                # Celery's default entry: daily at 04:00 in the app's zone.
                 rows.append(
                     make_row(
                         "celery.backend_cleanup",
-                        "@every 1d",
+                        "cron 0 4 * * *",
                         "celery.backend_cleanup",
                         options={"expires": 12 * 3600},
                         origin=ORIGIN_CONFIG,
+                        default_tz=self.default_tz,
                     )
                 )
         return rows
 
     def install_default_entries(self, data: Any) -> None:
-        """Handled by :meth:`_config_rows` (as an ``@every 1d`` schedule)."""
+        """Handled by :meth:`_config_rows` (``celery.backend_cleanup``, as Celery's)."""
 
     # ------------------------------------------------------------ the schedule
     def get_schedule(self) -> dict[str, beat.ScheduleEntry]:
         """The stored schedules as beat entries (for introspection only)."""
         if self.store is None:
             return {}
+        from celery.schedules import crontab
         from celery.schedules import schedule as interval_schedule
 
         out = {}
         for s in self._list():
+            if s.kind == KIND_CRON:
+                fields = s.spec.split()[1:]
+                sched: Any = crontab(*fields[:2], fields[4], fields[2], fields[3], app=self.app)
+            else:
+                sched = interval_schedule(s.interval, app=self.app)
             out[s.name] = self.Entry(
                 name=s.name,
                 task=s.task,
-                schedule=interval_schedule(s.interval, app=self.app),
+                schedule=sched,
                 args=s.args,
                 kwargs=s.kwargs,
                 options=s.options,
@@ -200,19 +236,6 @@ class Scheduler(beat.Scheduler):
         """One pass: renew leadership, fire what is due; return the seconds to sleep."""
         try:
             return self._tick()
-        except _FireFailed as failed:
-            backoff = min(self.max_interval, 5.0)
-            self._failing[failed.name] = time.monotonic() + backoff
-            logger.error(
-                "beat: schedule %r could not be fired (%s: %s); the tick was rolled back, "
-                "retrying it in %.1f s",
-                failed.name,
-                type(failed.exc).__name__,
-                failed.exc,
-                backoff,
-                exc_info=failed.exc,
-            )
-            return 0.0
         except TRANSIENT as exc:
             self.leader = False
             delay = min(self.max_interval, 1.0)
@@ -235,8 +258,7 @@ class Scheduler(beat.Scheduler):
             logger.info("beat: %s holds the scheduler lease; ticking", self.owner)
             self.leader = True
         producer = self.producer  # connect before the transaction, never inside it
-        crash = os.environ.get(CRASH_HOOK) == "1"
-        now = time.time()
+        stopped: BaseException | None = None
         with store.schedule_tick() as tx:
             # Renewed inside the tick's transaction: the fires commit only with the lease.
             if not store.lease_acquire(LEASE_NAME, self.owner, self.lease_ttl):
@@ -246,71 +268,105 @@ class Scheduler(beat.Scheduler):
                     store.lease_holder(LEASE_NAME),
                 )
                 return self._standby_interval()
+            now = tx.clock()  # the database decides what is due, not this host
+            self._skew = now - time.time()
             for row in tx.due(now):
                 retry_at = self._failing.get(row.name)
                 if retry_at is not None:
                     if time.monotonic() < retry_at:
                         continue
                     del self._failing[row.name]
-                self._fire_due(tx, row, now, producer, crash)
+                try:
+                    with tx.savepoint():
+                        self._fire_row(tx, row, now, producer)
+                except UNAVAILABLE as exc:
+                    stopped = exc  # the broker or the store: keep what was fired, stop
+                    break
+                except Exception as exc:
+                    self._failed(tx, row, exc)
             rows = store.schedule_list()
+        if stopped is not None:
+            raise stopped
         return self._sleep_for(rows)
 
-    def _fire_due(self, tx: Any, row: Any, now: float, producer: Any, crash: bool) -> None:
-        interval = row.interval
+    def _failed(self, tx: Any, row: ScheduleRow, exc: Exception) -> None:
+        """Record why ``row`` could not be fired; retry it later, alone."""
+        bad_spec = isinstance(exc, ConfigurationError)
+        backoff = BAD_SPEC_RETRY if bad_spec else min(self.max_interval, FAILED_RETRY)
+        self._failing[row.name] = time.monotonic() + backoff
+        tx.failed(row.name, f"{type(exc).__name__}: {exc}")
+        if bad_spec:
+            logger.error(
+                "beat: schedule %r has a stored spec that cannot be read: %s (the schedule "
+                "is not fired; fix it with the API or the CLI; the spec grammar is %s)",
+                row.name,
+                exc,
+                GRAMMAR,
+            )
+            return
+        logger.error(
+            "beat: schedule %r could not be fired (%s: %s); its fire was rolled back, the "
+            "other schedules' stand; retrying it in %.1f s",
+            row.name,
+            type(exc).__name__,
+            exc,
+            backoff,
+            exc_info=exc,
+        )
+
+    def _fire_row(self, tx: Any, row: ScheduleRow, now: float, producer: Any) -> None:
+        if row.run_requested is not None and tx.ran_now(row.name, row.run_requested, now):
+            self._publish(row, row.run_requested, producer, run_now=True)
+        if not row.enabled or row.next_at > now:
+            return
+        spec = row_spec(row.kind, row.spec, row.interval, row.tz)
         boundary = row.next_at
         fired = 0
         while boundary <= now and fired < CATCH_UP_LIMIT:
-            new = boundary + interval
-            if not tx.advance(row.name, boundary, new):
+            new = spec.next_after(boundary)
+            if not tx.advance(row.name, boundary, new, now):
                 return  # another ticker advanced it: never fire twice
-            try:
-                self._publish(row, boundary, producer)
-            except UNAVAILABLE:
-                raise  # the store or the broker, not this schedule: retry the tick
-            except Exception as exc:
-                raise _FireFailed(row.name, exc) from exc
+            self._publish(row, boundary, producer)
             fired += 1
-            if crash:
-                logger.critical(
-                    "beat: %s=1: exiting after the enqueue of %r boundary %r, before commit",
-                    CRASH_HOOK,
-                    row.name,
-                    boundary,
-                )
-                for handler in _all_handlers():
-                    handler.flush()
-                os._exit(1)
             boundary = new
         if boundary <= now:
-            skipped = int((now - boundary) // interval) + 1
-            new = boundary + skipped * interval
-            if tx.advance(row.name, boundary, new):
+            new = spec.first_after(now, boundary)
+            if tx.skip(row.name, boundary, new):
                 logger.warning(
-                    "beat: schedule %r was %d boundaries behind: fired %d, skipped %d "
-                    "(boundaries %r to %r); next at %r",
+                    "beat: schedule %r was %s boundaries behind: fired %d, skipped %s "
+                    "(boundaries %s to %s); next at %s",
                     row.name,
-                    fired + skipped,
+                    "many" if (n := _count(spec, boundary, now)) is None else fired + n,
                     fired,
-                    skipped,
-                    boundary,
-                    new - interval,
-                    new,
+                    "the rest" if n is None else n,
+                    utc_iso(boundary),
+                    utc_iso(now),
+                    utc_iso(new),
                 )
         elif fired > 1:
             logger.info("beat: schedule %r caught up %d missed boundaries", row.name, fired - 1)
 
-    def _publish(self, row: Any, boundary: float, producer: Any) -> None:
+    def _publish(
+        self, row: ScheduleRow, boundary: float, producer: Any, run_now: bool = False
+    ) -> None:
         options = dict(loads(row.options))
         headers = dict(options.pop("headers", None) or {})
         headers.update(
             celery_beat_task=True, alkstore_schedule=row.name, alkstore_boundary=boundary
         )
+        if run_now:
+            headers["alkstore_run_now"] = True
         options["headers"] = headers
         if self.target is not None and self.target.same_database:
             # Inside the tick's transaction a retry cannot succeed: fail the tick instead.
             options.setdefault("retry", False)
-        logger.info("beat: sending %r (%s) for boundary %r", row.name, row.task, boundary)
+        logger.info(
+            "beat: sending %r (%s) for %s %r",
+            row.name,
+            row.task,
+            "a run-now requested at" if run_now else "boundary",
+            boundary,
+        )
         args, kwargs = loads(row.args), loads(row.kwargs)
         task = self.app.tasks.get(row.task)
         if task is not None:  # as Celery's beat does: the task's own options apply
@@ -319,7 +375,7 @@ class Scheduler(beat.Scheduler):
             self.app.send_task(row.task, args, kwargs, producer=producer, **options)
 
     def _sleep_for(self, rows: list) -> float:
-        now = time.time()
+        now = time.time() + self._skew  # the database's clock, as of the last tick
         clock = time.monotonic()
         self._failing = {n: at for n, at in self._failing.items() if at > clock}
         limit = min(self.max_interval, self.lease_ttl / 3)
@@ -328,6 +384,10 @@ class Scheduler(beat.Scheduler):
             retry_at = self._failing.get(row.name)
             if retry_at is not None:
                 waits.append(retry_at - clock)
+            elif row.run_requested is not None:
+                waits.append(0.05)  # requested but locked by another ticker
+            elif not row.enabled:
+                continue
             elif row.next_at <= now:
                 waits.append(0.05)  # due but locked by another ticker: look again soon
             else:
@@ -372,10 +432,10 @@ def _lease_ttl(value: Any) -> float:
     return ttl
 
 
-def _all_handlers() -> list:
-    import logging
-
-    seen = []
-    for logger_ in (logging.getLogger(), logger):
-        seen.extend(logger_.handlers)
-    return seen
+def _count(spec: Any, boundary: float, now: float) -> int | None:
+    """How many boundaries from ``boundary`` up to ``now`` (None: too many to count)."""
+    if spec.kind != KIND_CRON:
+        return int((now - boundary) // spec.interval) + 1
+    if now - boundary > 40 * 86400:
+        return None
+    return len(spec.between(boundary - 1e-6, now, boundary))

@@ -9,6 +9,8 @@ Commands (``-b/--broker URL`` as ``celery`` spells it, default ``$CELERY_BROKER_
     dead purge (ID... | --queue Q | --all)            delete for good
     setup [--print [--grant ROLE]]                    apply (or print) the DDL
     sweep                                             run one maintenance sweep now
+    queue pause|resume NAME                           stop/restart claims of a queue
+    web [--host H] [--port P]                         the dashboard and /metrics
 
 Every error a user can cause (bad URL, unreachable database, unknown id, missing
 tables) is one line on stderr and exit status 1; never a traceback.
@@ -524,6 +526,52 @@ def cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_queue(args: argparse.Namespace, out: TextIO) -> int:
+    """``queue pause|resume NAME``: claims (and hand-offs) skip a paused queue; publishes
+    still land; the state is kept in the store until resumed."""
+    store = open_cli_store(args)
+    try:
+        if args.queue_command == "pause":
+            changed = store.pause_queue(args.name)
+            out.write(f"queue {args.name!r} {'paused' if changed else 'was paused already'}\n")
+        else:
+            changed = store.resume_queue(args.name)
+            out.write(f"queue {args.name!r} {'resumed' if changed else 'was not paused'}\n")
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_web(args: argparse.Namespace, out: TextIO) -> int:
+    """``web``: serve the dashboard until interrupted (the ``web`` extra)."""
+    try:
+        from .web import Config, serve
+    except ImportError as exc:
+        raise CLIError(
+            f"the dashboard needs the web extra: pip install 'kombu-alkstore[web]' ({exc})"
+        ) from None
+    token = os.environ.get("ALKSTORE_WEB_TOKEN") or None
+    if args.token_file:
+        with open(args.token_file, encoding="utf-8") as f:
+            token = f.read().strip() or None
+    store = open_cli_store(args)
+    broker = store_url(args.broker)
+    config = Config(
+        token=token,
+        refresh=args.refresh,
+        inspect=not args.no_inspect,
+        broker_url=f"alkstore+{broker}",
+    )
+    mode = "write access with the token" if token else "read-only (no ALKSTORE_WEB_TOKEN)"
+    out.write(f"dashboard on http://{args.host}:{args.port}/ for {store.url.masked()}: {mode}\n")
+    out.flush()
+    try:
+        serve(store, config, host=args.host, port=args.port)
+    finally:
+        store.close()
+    return 0
+
+
 def grants(schema: str, role: str) -> str:
     """The least privileges a runtime role needs when the tables were made by a migration."""
     from .store.options import validate_identifier
@@ -624,6 +672,39 @@ def build_parser() -> argparse.ArgumentParser:
         "do this every sweep_interval; this runs it once)",
     )
     p.set_defaults(func=cmd_sweep)
+
+    queue = sub.add_parser("queue", help="pause or resume a queue")
+    qsub = queue.add_subparsers(dest="queue_command", metavar="ACTION")
+    qsub.required = True
+    for name, helptext in (
+        ("pause", "claims and hand-offs skip the queue; publishes still land"),
+        ("resume", "claims of the queue start again"),
+    ):
+        p = qsub.add_parser(name, parents=[common], help=helptext)
+        p.add_argument("name", metavar="NAME", help="the queue")
+        p.set_defaults(func=cmd_queue)
+
+    p = sub.add_parser(
+        "web",
+        parents=[common],
+        help="the dashboard and Prometheus /metrics (read-only unless $ALKSTORE_WEB_TOKEN)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port (8080)")
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="file holding the write-access token (else $ALKSTORE_WEB_TOKEN; none: read-only)",
+    )
+    p.add_argument(
+        "--refresh", type=_positive, default=5.0, help="seconds between count refreshes (5)"
+    )
+    p.add_argument(
+        "--no-inspect",
+        action="store_true",
+        help="do not ask Celery workers (inspect active/reserved) for the consumers page",
+    )
+    p.set_defaults(func=cmd_web)
     return parser
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError
+from .admin import ANY_DEAD, TOTAL_MINUTE, ClaimStat, DeadFilter, RatePoint, RateTally
 from .backoff import backoff_delay
 from .options import StoreOptions, StoreURL, validate_name
 from .schema import build_tables, ddl_statements
@@ -243,7 +244,10 @@ def _handles(deliveries: Iterable[Delivery]) -> list[Delivery]:
 
 @dataclass(frozen=True, slots=True)
 class ScheduleRow:
-    """A beat schedule as stored: ``args``/``kwargs``/``options`` are JSON text."""
+    """A beat schedule as stored: ``args``/``kwargs``/``options`` are JSON text.
+
+    ``kind`` is ``'every'`` (``interval`` seconds apart) or ``'cron'`` (``spec`` read in
+    the time zone ``tz``); the fields after ``tz`` are the lifecycle the beat keeps."""
 
     name: str
     spec: str
@@ -254,24 +258,79 @@ class ScheduleRow:
     options: str
     next_at: float
     origin: str
+    kind: str = "every"
+    tz: str = "UTC"
+    enabled: bool = True
+    last_run_at: float | None = None
+    run_count: int = 0
+    last_error: str | None = None
+    #: When a run-now was requested (one extra run, pending until the beat fires it).
+    run_requested: float | None = None
+
+    @classmethod
+    def from_db(cls, r: Sequence[Any]) -> ScheduleRow:
+        """A row of the ``schedule_list`` columns (SQLite returns ``enabled`` as 0/1)."""
+        return cls(*r[:11], bool(r[11]), *r[12:])
+
+
+#: The columns an upsert writes (the lifecycle columns are the beat's and the CLI's).
+_UPSERT_FIELDS = ("name", "spec", "interval", "task", "args", "kwargs", "options", "next_at")
+_UPSERT_FIELDS += ("origin", "kind", "tz")
 
 
 class ScheduleTick:
-    """One beat tick's transaction (see :meth:`Store.schedule_tick`): the due schedules,
-    and advancing one boundary; both run on the tick's connection, inside its lock."""
+    """One beat tick's transaction (see :meth:`Store.schedule_tick`): the database clock,
+    the due schedules, and advancing one boundary; all run on the tick's connection,
+    inside its lock, and commit together at the end of the tick."""
 
     def __init__(self, sql: dict[str, str], conn: Any) -> None:
         self.sql, self.conn = sql, conn
 
-    def due(self, now: float) -> list[ScheduleRow]:
-        rows = self.conn.execute(self.sql["schedule_due"], {"now": now}).fetchall()
-        return [ScheduleRow(*r) for r in rows]
+    def _run(self, key: str, params: dict[str, Any]) -> Any:
+        return self.conn.execute(self.sql[key], params)
 
-    def advance(self, name: str, prev: float, new: float) -> bool:
-        cur = self.conn.execute(
-            self.sql["schedule_advance"], {"name": name, "prev": prev, "new": new}
-        )
-        return cur.rowcount == 1
+    def clock(self) -> float:
+        """The database's clock (epoch seconds): "due" is measured against it."""
+        clock = self.conn.execute(self.sql["schedule_clock"], {"now": time.time()})
+        return float(clock.fetchone()[0])
+
+    def due(self, now: float) -> list[ScheduleRow]:
+        """Enabled schedules with ``next_at <= now`` and any with a pending run-now,
+        locked for this transaction (rows another ticker holds are skipped)."""
+        rows = self._run("schedule_due", {"now": now}).fetchall()
+        return [ScheduleRow.from_db(r) for r in rows]
+
+    def advance(self, name: str, prev: float, new: float, now: float | None = None) -> bool:
+        """Boundary ``prev`` fired: ``next_at`` becomes ``new``, the run is counted at
+        ``now``. False (nothing changed) when ``next_at`` is no longer ``prev``."""
+        params = {"name": name, "prev": prev, "new": new, "now": now}
+        return self._run("schedule_advance", params).rowcount == 1
+
+    def skip(self, name: str, prev: float, new: float) -> bool:
+        """Move ``next_at`` from ``prev`` to ``new`` without a run (catch-up limit)."""
+        return self._run("schedule_skip", {"name": name, "prev": prev, "new": new}).rowcount == 1
+
+    def ran_now(self, name: str, requested: float, now: float) -> bool:
+        """The run-now requested at ``requested`` fired: cleared and counted."""
+        params = {"name": name, "requested": requested, "now": now}
+        return self._run("schedule_ran_now", params).rowcount == 1
+
+    def failed(self, name: str, error: str) -> None:
+        """Record why the schedule could not be fired (shown by ``list``)."""
+        self._run("schedule_failed", {"name": name, "error": error})
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A savepoint: an exception undoes what ran inside it (and propagates); the rest
+        of the tick stays, so one schedule's failure does not undo the others' fires."""
+        self.conn.execute("SAVEPOINT alkstore_fire")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK TO SAVEPOINT alkstore_fire")
+            self.conn.execute("RELEASE SAVEPOINT alkstore_fire")
+            raise
+        self.conn.execute("RELEASE SAVEPOINT alkstore_fire")
 
 
 class Store(abc.ABC):
@@ -283,11 +342,14 @@ class Store(abc.ABC):
         self.url = url
         self.options = options
         self.tables = build_tables(options.schema, self.engine)
+        #: Publishes and acks per queue, for the dashboard's rates (see ``RateTally``).
+        self.rates_tally = RateTally(self._write_rates, self.trim_rates)
 
     # ------------------------------------------------------------------ setup
-    def ddl(self) -> list[str]:
-        """The idempotent DDL for this store (for migrations run by a privileged role)."""
-        return ddl_statements(self.options.schema, self.engine)
+    def ddl(self, existing: dict[str, set[str]] | None = None) -> list[str]:
+        """The idempotent DDL for this store (for migrations run by a privileged role);
+        ``existing`` (table -> columns) as :func:`~.schema.ddl_statements` takes it."""
+        return ddl_statements(self.options.schema, self.engine, existing)
 
     @abc.abstractmethod
     def setup(self) -> None:
@@ -334,7 +396,9 @@ class Store(abc.ABC):
         checked = [job.checked() for job in jobs]
         if not checked:
             return []
-        return self._insert(checked)
+        ids = self._insert(checked)
+        self.rates_tally.published([j.queue for j in checked])
+        return ids
 
     def publish(self, jobs: Sequence[NewJob]) -> None:
         """Enqueue for a producer: :meth:`enqueue_many`, except that an engine may
@@ -395,7 +459,10 @@ class Store(abc.ABC):
     # ------------------------------------------------- operations on a claim
     def ack(self, deliveries: Iterable[Delivery]) -> set[int]:
         """Delete finished jobs; return the ids whose ack landed."""
-        return self._delete_held(_handles(deliveries))
+        held = _handles(deliveries)
+        landed = self._delete_held(held)
+        self.rates_tally.acked(held, landed)
+        return landed
 
     def heartbeat(self, deliveries: Iterable[Delivery], extend: float | None = None) -> set[int]:
         """Reset deadlines to ``now + extend`` (default: each job's visibility timeout).
@@ -502,6 +569,76 @@ class Store(abc.ABC):
     def dead_purge(self, ids: Sequence[int] | None = None, queue: str | None = None) -> int:
         """Delete dead letters; ``ids=None`` means all (of ``queue`` when given)."""
 
+    # ------------------------------------------- pause, dashboard reads (web/)
+    def pause_queue(self, name: str) -> bool:
+        """Pause ``name``: claims and hand-offs skip it, publishes still land; kept until
+        :meth:`resume_queue` (across restarts). False when it was paused already."""
+        validate_name(name, "queue name")
+        return bool(self._all("queue_pause", {"name": name}))
+
+    def resume_queue(self, name: str) -> bool:
+        """Resume a paused queue and wake its consumers; False when it was not paused."""
+        validate_name(name, "queue name")
+        return bool(self._all("queue_resume", {"name": name}))
+
+    def paused_queues(self) -> dict[str, float]:
+        """Paused queue names and when each was paused (epoch seconds)."""
+        return {r[0]: r[1] for r in self._all("paused_list")}
+
+    def peek(self, queue: str, limit: int = 20) -> list[Job]:
+        """The next ``limit`` pending jobs of ``queue`` in claim order (delayed ones too,
+        by their priority and due time), without claiming them."""
+        return [Job(*r) for r in self._all("peek", {"queue": queue, "limit": int(limit)})]
+
+    def dead_search(
+        self,
+        where: DeadFilter = ANY_DEAD,
+        limit: int = 50,
+        before: tuple[float, int] | None = None,
+    ) -> list[Job]:
+        """Dead letters matching ``where``, newest first; ``before`` = ``(died_at, id)``
+        of the last one of the previous page."""
+        params = {**where.params(), "limit": int(limit)}
+        params["b_at"], params["b_id"] = before if before else (None, None)
+        return [Job(*r) for r in self._all("dead_search", params)]
+
+    def dead_count(self, where: DeadFilter = ANY_DEAD, cap: int | None = None) -> int:
+        """How many dead letters match ``where`` (counting stops at ``cap`` when given)."""
+        row = self._one("dead_count", {**where.params(), "cap": cap})
+        return int(row[0]) if row else 0
+
+    def dead_ids(
+        self, where: DeadFilter = ANY_DEAD, after: int = 0, limit: int = 1000
+    ) -> list[int]:
+        """Ids of the dead letters matching ``where`` above ``after``, ascending: the
+        batches of a bulk requeue or purge."""
+        params = {**where.params(), "after": int(after), "limit": int(limit)}
+        return [int(r[0]) for r in self._all("dead_ids", params)]
+
+    @abc.abstractmethod
+    def dead_move(self, ids: Sequence[int], queue: str) -> int:
+        """Requeue the dead letters ``ids`` to another ``queue`` (attempts reset)."""
+
+    def claim_stats(self) -> list[ClaimStat]:
+        """Per queue: claims held (processing jobs) and idle consumers' offers."""
+        return [ClaimStat(*r) for r in self._all("claim_stats")]
+
+    def rate_points(self, since: float) -> list[RatePoint]:
+        """Per-minute publish and ack counts from ``since`` on, by minute and queue."""
+        return [RatePoint(*r) for r in self._all("rates_since", {"since": since})]
+
+    def rate_totals(self) -> list[RatePoint]:
+        """Publish and ack totals per queue since the ``rates`` table was made."""
+        return [RatePoint(*r) for r in self._all("rates_totals", {"total": TOTAL_MINUTE})]
+
+    def trim_rates(self, older_than: float) -> int:
+        """Delete per-minute rate rows before ``older_than`` (totals are kept)."""
+        return self._run("rates_trim", {"before": older_than})
+
+    @abc.abstractmethod
+    def _write_rates(self, rows: list[RatePoint]) -> None:
+        """Add counted publishes/acks to their minute rows and to the totals rows."""
+
     # ---------------------------------------------------------------- routing
     @abc.abstractmethod
     def exchange_declare(self, name: str, type_: str) -> None: ...
@@ -572,9 +709,11 @@ class Store(abc.ABC):
 
     # -------------------------------------------------------------- schedules
     def schedule_upsert(self, row: ScheduleRow, keep_grid: bool = True) -> None:
-        """Insert or update a schedule. With ``keep_grid`` an existing row whose interval
-        is unchanged keeps its stored ``next_at`` (its grid survives restarts)."""
-        params = {f: getattr(row, f) for f in ScheduleRow.__slots__}
+        """Insert or update a schedule. With ``keep_grid`` an existing row whose kind, spec
+        and time zone are unchanged keeps its stored ``next_at`` (its grid survives
+        restarts). The lifecycle columns (enabled, last run, run count, last error, a
+        pending run-now) are never changed by an upsert."""
+        params = {f: getattr(row, f) for f in _UPSERT_FIELDS}
         params["keep"] = keep_grid
         self._run("schedule_upsert", params)
 
@@ -582,7 +721,29 @@ class Store(abc.ABC):
         return self._run("schedule_delete", {"name": name}) > 0
 
     def schedule_list(self) -> list[ScheduleRow]:
-        return [ScheduleRow(*r) for r in self._all("schedule_list")]
+        return [ScheduleRow.from_db(r) for r in self._all("schedule_list")]
+
+    def schedule_get(self, name: str) -> ScheduleRow | None:
+        row = self._one("schedule_get", {"name": name})
+        return None if row is None else ScheduleRow.from_db(row)
+
+    def schedule_clock(self) -> float:
+        """The database's clock (epoch seconds), the one the beat measures "due" with."""
+        return float(self._one("schedule_clock")[0])
+
+    def schedule_run_now(self, name: str) -> bool:
+        """Ask the beat for one extra run of ``name`` (its grid untouched); requests made
+        before the beat fires it are one run. False when there is no such schedule."""
+        return self._run("schedule_run_now", {"name": name}) > 0
+
+    def schedule_disable(self, name: str) -> bool:
+        """Stop firing ``name``; it keeps its stored grid. False when there is none."""
+        return self._run("schedule_disable", {"name": name}) > 0
+
+    def schedule_enable(self, name: str, prev: float, new: float) -> bool:
+        """Fire ``name`` again from ``new`` (its next boundary on the same grid), guarded
+        by the ``next_at`` the caller read (``prev``); False when it changed meanwhile."""
+        return self._run("schedule_enable", {"name": name, "prev": prev, "new": new}) > 0
 
     @abc.abstractmethod
     @contextmanager

@@ -21,6 +21,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from ..errors import ConfigurationError, StoreUnavailable
+from .admin import TOTAL_MINUTE, RatePoint
 from .async_session import AsyncSession
 from .base import (
     AMBIENT,
@@ -87,6 +88,8 @@ class PostgresStore(Store):
                 "leases",
                 "meta",
                 "offers",
+                "paused_queues",
+                "rates",
             )
         }
         self._sql = {k: v.format(**q, due="{due}") for k, v in _SQL.items()}
@@ -178,6 +181,7 @@ class PostgresStore(Store):
 
     def close(self) -> None:
         if os.getpid() == self._pid:  # a forked child must not close its parent's sockets
+            self.rates_tally.close()
             if self._publisher is not None:
                 self._publisher.close()
             self._pool.close()
@@ -255,6 +259,7 @@ class PostgresStore(Store):
             check_text_params(row)  # refused here, not after the call has returned
         if rows:
             self._pipelined().send(rows)
+            self.rates_tally.published([r["queue"] for r in rows])
 
     def flush_publishes(self) -> None:
         if self._publisher is not None:
@@ -364,6 +369,22 @@ class PostgresStore(Store):
 
     def dead_purge(self, ids: Sequence[int] | None = None, queue: str | None = None) -> int:
         return self._run("dead_purge", {"ids": None if ids is None else list(ids), "queue": queue})
+
+    def dead_move(self, ids: Sequence[int], queue: str) -> int:
+        validate_name(queue, "queue name")
+        return len(self._all("dead_move", {"ids": [int(i) for i in ids], "to": queue}))
+
+    def _write_rates(self, rows: list[RatePoint]) -> None:
+        self._run(
+            "rates_add",
+            {
+                "queues": [r.queue for r in rows],
+                "minutes": [r.minute for r in rows],
+                "pub": [r.published for r in rows],
+                "ack": [r.acked for r in rows],
+                "total": TOTAL_MINUTE,
+            },
+        )
 
     # ------------------------------------------------------------------- routing
     def exchange_declare(self, name: str, type_: str) -> None:
@@ -496,7 +517,12 @@ class AsyncClaims(AsyncSession):
         ack landed."""
 
         def answered(rows: list[tuple] | BaseException) -> None:
-            callback(rows if isinstance(rows, BaseException) else {r[0] for r in rows})
+            if isinstance(rows, BaseException):
+                callback(rows)
+                return
+            landed = {r[0] for r in rows}
+            self._store.rates_tally.acked(deliveries, landed)
+            callback(landed)
 
         self.send("ack", PostgresStore._arrays(list(deliveries)), answered)
 
@@ -642,6 +668,10 @@ def _handoff(payload: list) -> tuple[int, Delivery]:
     return chan, delivery
 
 
+# A queue that is not paused (see Store.pause_queue): claims, hand-offs and the due checks
+# skip a paused one; a probe of the small paused_queues table's primary key.
+_ACTIVE = "NOT EXISTS (SELECT 1 FROM {{paused_queues}} pq WHERE pq.queue = {queue})"
+
 # The claim's candidates. "queue = %s" lets the planner walk the claim index in order and
 # stop at LIMIT; "queue = ANY(%s)" would gather and sort every due row, so several queues
 # take the best rows of each queue (each an ordered index walk) and then the best overall.
@@ -650,6 +680,7 @@ _DUE_ONE = f"""
   FROM {{jobs}} j
   WHERE j.queue = %(queue)s AND j.run_at <= {NOW}
     AND (j.expires_at IS NULL OR j.expires_at > {NOW})
+    AND {_ACTIVE.format(queue="%(queue)s")}
   ORDER BY j.priority DESC, j.run_at, j.id
   LIMIT %(limit)s
   FOR UPDATE SKIP LOCKED
@@ -666,6 +697,7 @@ _DUE_ANY = f"""
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
   ) c
+  WHERE {_ACTIVE.format(queue="qn.name")}
   ORDER BY c.priority DESC, c.run_at, c.id
   LIMIT %(limit)s
 """
@@ -684,6 +716,13 @@ _WAITER_DEAD = "pg_try_advisory_xact_lock_shared(%(lockspace)s::int, {alias}.pid
 #: expired messages are dropped rather than dead-lettered.
 _TRANSIENT = "(q.expires IS NOT NULL OR q.message_ttl IS NOT NULL)"
 _NOTIFY = "pg_notify(%(channel)s, json_build_array({run_at}, {queue})::text)"
+#: The dashboard's dead-letter filter (``admin.DeadFilter.params``); every part optional.
+_DEAD_WHERE = """(%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(since)s::float8 IS NULL OR died_at >= %(since)s::float8)
+  AND (%(until)s::float8 IS NULL OR died_at < %(until)s::float8)
+  AND (%(error)s::text IS NULL OR strpos(lower(last_error), lower(%(error)s::text)) > 0)
+  AND (%(task1)s::bytea IS NULL OR position(%(task1)s::bytea IN body) > 0
+       OR position(%(task2)s::bytea IN body) > 0)"""
 
 _SQL: dict[str, str] = {
     "version": "SELECT value FROM {meta} WHERE key = 'schema_version'",
@@ -709,6 +748,10 @@ w AS (
       AND octet_length(json_build_array(%(queue)s::text, %(msg_id)s::text,
             encode(%(body)s::bytea, 'base64'))::text) <= {HANDOFF_MAX_BYTES}
       AND NOT {_WAITER_DEAD.format(alias="x")}  -- a dead one's row is skipped (and swept)
+      -- nor is a job of a paused queue handed off (correlated to the offer row, so it
+      -- is probed only when a worker is idle)
+      AND NOT EXISTS (SELECT 1 FROM {{paused_queues}} pq
+                      WHERE pq.queue = %(queue)s AND x.slots > 0)
     ORDER BY x.slots DESC  -- the idlest: a burst spreads over the idle workers
     LIMIT 1
     FOR UPDATE OF x SKIP LOCKED
@@ -779,6 +822,7 @@ FROM buried HAVING count(*) > 0""",
 SELECT EXISTS (
   SELECT 1 FROM unnest(%(queues)s::text[]) AS qn(name)
   WHERE EXISTS (SELECT 1 FROM {{jobs}} j WHERE j.queue = qn.name AND j.run_at <= {NOW})
+    AND {_ACTIVE.format(queue="qn.name")}
 )""",
     "size": "SELECT count(*) FROM {jobs} WHERE queue = %(queue)s AND state = 'pending'",
     # min(run_at) of the pending jobs, by a loose index scan of the claim index: one
@@ -798,7 +842,8 @@ CROSS JOIN LATERAL (
             AND (j.expires_at IS NULL OR j.expires_at > {NOW})
           ORDER BY j.run_at LIMIT 1) AS run_at
   FROM prio WHERE prio.p IS NOT NULL
-) first""",
+) first
+WHERE {_ACTIVE.format(queue="qn.name")}""",
     "ack": f"""
 DELETE FROM {{jobs}} j USING unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
 WHERE {_HELD} RETURNING j.id""",
@@ -975,24 +1020,120 @@ WHERE {{leases}}.owner = EXCLUDED.owner OR {{leases}}.expires_at <= {NOW}
 RETURNING owner""",
     "lease_release": "DELETE FROM {leases} WHERE name = %(name)s AND owner = %(owner)s",
     "lease_holder": f"SELECT owner FROM {{leases}} WHERE name = %(name)s AND expires_at > {NOW}",
+    # Beat schedules. An upsert keeps the lifecycle columns (enabled, last run, run count,
+    # last error, a pending run-now) and, with "keep", the stored next_at while the kind,
+    # spec and time zone are unchanged (the grid survives restarts and other edits).
     "schedule_upsert": f"""
 INSERT INTO {{schedules}} (name, spec, interval, task, args, kwargs, options, next_at, origin,
-                          updated_at)
+                          kind, tz, updated_at)
 VALUES (%(name)s, %(spec)s, %(interval)s, %(task)s, %(args)s, %(kwargs)s, %(options)s,
-        %(next_at)s, %(origin)s, {NOW})
+        %(next_at)s, %(origin)s, %(kind)s, %(tz)s, {NOW})
 ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, interval = EXCLUDED.interval,
   task = EXCLUDED.task, args = EXCLUDED.args, kwargs = EXCLUDED.kwargs,
   options = EXCLUDED.options, origin = EXCLUDED.origin, updated_at = EXCLUDED.updated_at,
-  next_at = CASE WHEN %(keep)s AND {{schedules}}.interval = EXCLUDED.interval
+  kind = EXCLUDED.kind, tz = EXCLUDED.tz,
+  next_at = CASE WHEN %(keep)s AND ({{schedules}}.kind, {{schedules}}.spec, {{schedules}}.tz)
+                                 = (EXCLUDED.kind, EXCLUDED.spec, EXCLUDED.tz)
                  THEN {{schedules}}.next_at ELSE EXCLUDED.next_at END""",
     "schedule_delete": "DELETE FROM {schedules} WHERE name = %(name)s",
     "schedule_list": """
-SELECT name, spec, interval, task, args, kwargs, options, next_at, origin
+SELECT name, spec, interval, task, args, kwargs, options, next_at, origin, kind, tz, enabled,
+       last_run_at, run_count, last_error, run_requested
 FROM {schedules} ORDER BY name""",
+    "schedule_get": """
+SELECT name, spec, interval, task, args, kwargs, options, next_at, origin, kind, tz, enabled,
+       last_run_at, run_count, last_error, run_requested
+FROM {schedules} WHERE name = %(name)s""",
+    # The database's clock: what "due" is measured against (never a beat host's clock).
+    "schedule_clock": f"SELECT {NOW}",
     "schedule_due": """
-SELECT name, spec, interval, task, args, kwargs, options, next_at, origin
-FROM {schedules} WHERE next_at <= %(now)s ORDER BY next_at, name
+SELECT name, spec, interval, task, args, kwargs, options, next_at, origin, kind, tz, enabled,
+       last_run_at, run_count, last_error, run_requested
+FROM {schedules}
+WHERE (enabled AND next_at <= %(now)s) OR run_requested IS NOT NULL
+ORDER BY next_at, name
 FOR UPDATE SKIP LOCKED""",
+    # One boundary fired: the next one, guarded by the one fired (a second ticker's
+    # advance of the same boundary matches no row).
     "schedule_advance": """
+UPDATE {schedules} SET next_at = %(new)s, last_run_at = %(now)s, run_count = run_count + 1,
+  last_error = NULL
+WHERE name = %(name)s AND next_at = %(prev)s""",
+    # Missed boundaries beyond the catch-up limit: skipped, not counted as runs.
+    "schedule_skip": """
 UPDATE {schedules} SET next_at = %(new)s WHERE name = %(name)s AND next_at = %(prev)s""",
+    "schedule_ran_now": """
+UPDATE {schedules} SET run_requested = NULL, last_run_at = %(now)s,
+  run_count = run_count + 1, last_error = NULL
+WHERE name = %(name)s AND run_requested = %(requested)s""",
+    "schedule_failed": """
+UPDATE {schedules} SET last_error = %(error)s WHERE name = %(name)s""",
+    "schedule_run_now": f"""
+UPDATE {{schedules}} SET run_requested = COALESCE(run_requested, {NOW}) WHERE name = %(name)s""",
+    "schedule_disable": "UPDATE {schedules} SET enabled = false WHERE name = %(name)s",
+    # Re-enabled: the next boundary on the same grid after now (computed by the caller).
+    "schedule_enable": """
+UPDATE {schedules} SET enabled = true, next_at = %(new)s
+WHERE name = %(name)s AND next_at = %(prev)s""",
+    # ---- pause/resume and the dashboard's reads (kombu_alkstore.web)
+    "queue_pause": f"""
+INSERT INTO {{paused_queues}} (queue, paused_at) VALUES (%(name)s, {NOW})
+ON CONFLICT (queue) DO NOTHING RETURNING queue""",
+    "queue_resume": f"""
+WITH gone AS (DELETE FROM {{paused_queues}} WHERE queue = %(name)s RETURNING queue)
+SELECT queue, {_NOTIFY.format(run_at="NULL::float8", queue="queue")} FROM gone""",
+    "paused_list": "SELECT queue, paused_at FROM {paused_queues} ORDER BY queue",
+    "peek": f"""
+SELECT {_JOB_COLS}, NULL, NULL FROM {{jobs}}
+WHERE queue = %(queue)s AND state = 'pending'
+ORDER BY priority DESC, run_at, id LIMIT %(limit)s""",
+    "dead_search": f"""
+SELECT {_DEAD_READ} FROM {{dead}}
+WHERE {_DEAD_WHERE}
+  AND (%(b_at)s::float8 IS NULL OR (died_at, id) < (%(b_at)s::float8, %(b_id)s::bigint))
+ORDER BY died_at DESC, id DESC LIMIT %(limit)s""",
+    "dead_count": f"""
+SELECT count(*) FROM (SELECT 1 FROM {{dead}} WHERE {_DEAD_WHERE} LIMIT %(cap)s) AS m""",
+    "dead_ids": f"""
+SELECT id FROM {{dead}} WHERE {_DEAD_WHERE} AND id > %(after)s ORDER BY id LIMIT %(limit)s""",
+    "dead_move": f"""
+WITH back AS (DELETE FROM {{dead}} WHERE id = ANY(%(ids)s::bigint[]) RETURNING *),
+ins AS (
+  INSERT INTO {{jobs}} (id, queue, msg_id, body, priority, run_at, expires_at, attempts,
+                       max_attempts, visibility_timeout, backoff_base, created_at)
+  SELECT id, %(to)s, msg_id, body, priority, {NOW}, NULL, 0, max_attempts,
+         visibility_timeout, backoff_base, created_at FROM back
+  RETURNING id
+),
+woke AS (SELECT {_NOTIFY.format(run_at="NULL::float8", queue="%(to)s::text")})
+SELECT ins.id FROM ins, woke""",
+    "claim_stats": """
+WITH p AS (
+  SELECT queue, count(*) AS n, min(created_at) AS oldest, min(deadline) AS deadline
+  FROM {jobs} WHERE state = 'processing' GROUP BY queue
+),
+w AS (
+  SELECT qn.queue, count(*) AS offers, sum(o.slots) AS slots
+  FROM {offers} o CROSS JOIN LATERAL unnest(o.queues) AS qn(queue) GROUP BY qn.queue
+)
+SELECT COALESCE(p.queue, w.queue), COALESCE(p.n, 0), p.oldest, p.deadline,
+       COALESCE(w.offers, 0), COALESCE(w.slots, 0)::int
+FROM p FULL JOIN w ON p.queue = w.queue ORDER BY 1""",
+    "rates_add": """
+INSERT INTO {rates} AS r (queue, minute, published, acked)
+SELECT q, m, sum(p), sum(a) FROM (
+  SELECT * FROM unnest(%(queues)s::text[], %(minutes)s::float8[], %(pub)s::bigint[],
+                       %(ack)s::bigint[]) AS x(q, m, p, a)
+  UNION ALL
+  SELECT q, %(total)s::float8, p, a FROM unnest(%(queues)s::text[], %(pub)s::bigint[],
+                                               %(ack)s::bigint[]) AS y(q, p, a)
+) c GROUP BY q, m
+ON CONFLICT (queue, minute) DO UPDATE
+SET published = r.published + EXCLUDED.published, acked = r.acked + EXCLUDED.acked""",
+    "rates_since": """
+SELECT queue, minute, published, acked FROM {rates}
+WHERE minute >= %(since)s AND minute > 0 ORDER BY minute, queue""",
+    "rates_totals": """
+SELECT queue, minute, published, acked FROM {rates} WHERE minute = %(total)s ORDER BY queue""",
+    "rates_trim": "DELETE FROM {rates} WHERE minute < %(before)s AND minute > 0",
 }

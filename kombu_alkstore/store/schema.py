@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Double,
     Index,
@@ -23,14 +24,16 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.schema import CreateIndex, CreateTable
+from sqlalchemy.schema import CreateColumn, CreateIndex, CreateTable
 
 from ..errors import SchemaMissing
 from .options import validate_identifier
 
 #: Bumped whenever the table layout changes; stored in the ``meta`` table.
 #: 2: the waiters table (hand-off to idle consumers); 3: offers (one per channel, its slots
-#: shared by its queues) instead of waiters.
+#: shared by its queues) instead of waiters; paused_queues, rates (the dashboard: paused
+#: queues, per-minute publish/ack counts) and the dead_died index; the beat's schedule
+#: columns (kinds, time zones, lifecycle: see ADDED_COLUMNS).
 SCHEMA_VERSION = 3
 
 # SQLite only makes "INTEGER PRIMARY KEY" an alias of the rowid.
@@ -51,6 +54,8 @@ class Tables:
     leases: Table
     meta: Table
     offers: Table
+    paused_queues: Table
+    rates: Table
 
     def qualified(self, table: Table) -> str:
         """The table name as written in SQL (quoted, schema-qualified on PostgreSQL)."""
@@ -136,6 +141,7 @@ def build_tables(schema: str, engine: str) -> Tables:
         sqlite_where=dead.c.msg_id.isnot(None),
     )
     Index(name("dead_queue"), dead.c.queue, dead.c.died_at)
+    Index(name("dead_died"), dead.c.died_at)  # the dashboard's newest-first dead letters
 
     exchanges = Table(
         name("exchanges"),
@@ -179,6 +185,14 @@ def build_tables(schema: str, engine: str) -> Tables:
         Column("next_at", Double, nullable=False),
         Column("origin", Text, nullable=False),  # 'config' (beat_schedule) or 'api'
         Column("updated_at", Double, nullable=False),
+        # Version 3 (added to older tables by ADDED_COLUMNS):
+        Column("kind", Text, nullable=False, server_default=text("'every'")),  # or 'cron'
+        Column("tz", Text, nullable=False, server_default=text("'UTC'")),  # IANA zone name
+        Column("enabled", Boolean, nullable=False, server_default=text("true")),
+        Column("last_run_at", Double),
+        Column("run_count", BigInteger, nullable=False, server_default=text("0")),
+        Column("last_error", Text),
+        Column("run_requested", Double),  # run-now: requested at (cleared when fired)
     )
 
     leases = Table(
@@ -209,7 +223,91 @@ def build_tables(schema: str, engine: str) -> Tables:
         Column("slots", Integer, nullable=False),
         PrimaryKeyConstraint("pid", "chan"),
     )
-    return Tables(md, jobs, dead, exchanges, bindings, queues, schedules, leases, meta, offers)
+    # Paused queues: claims and hand-offs skip them, publishes still land (a table of its
+    # own rather than a column of ``queues``, so old databases get it from the DDL).
+    paused_queues = Table(
+        name("paused_queues"),
+        md,
+        Column("queue", Text, primary_key=True),
+        Column("paused_at", Double, nullable=False),
+    )
+    # Publishes and acks per queue and minute, counted in each process and flushed every
+    # few seconds (``Store.flush_rates``): the dashboard's rate chart, kept across restarts.
+    rates = Table(
+        name("rates"),
+        md,
+        Column("queue", Text, nullable=False),
+        Column("minute", Double, nullable=False),
+        Column("published", BigInteger, nullable=False),
+        Column("acked", BigInteger, nullable=False),
+        PrimaryKeyConstraint("queue", "minute"),
+    )
+    Index(name("rates_minute"), rates.c.minute)
+    return Tables(
+        md,
+        jobs,
+        dead,
+        exchanges,
+        bindings,
+        queues,
+        schedules,
+        leases,
+        meta,
+        offers,
+        paused_queues,
+        rates,
+    )
+
+
+#: Columns a schema version added to tables an older version created, per version, in
+#: order. ``CREATE TABLE IF NOT EXISTS`` cannot add a column to an existing table, so the
+#: upgrade adds these (PostgreSQL: ``ADD COLUMN IF NOT EXISTS``; SQLite: the missing
+#: ones, found with ``PRAGMA table_info``). A version that adds columns appends its list.
+ADDED_COLUMNS: dict[int, list[tuple[str, str]]] = {
+    3: [
+        ("schedules", "kind"),
+        ("schedules", "tz"),
+        ("schedules", "enabled"),
+        ("schedules", "last_run_at"),
+        ("schedules", "run_count"),
+        ("schedules", "last_error"),
+        ("schedules", "run_requested"),
+    ],
+}
+
+
+def _added_columns(
+    tables: Tables, engine: str, dialect, existing: dict[str, set[str]] | None
+) -> list[str]:
+    """``ALTER TABLE … ADD COLUMN`` for every column of :data:`ADDED_COLUMNS`.
+
+    PostgreSQL: all of them, ``IF NOT EXISTS`` (idempotent). SQLite has no such clause:
+    only the columns missing from ``existing`` (table name -> column names, read by the
+    caller inside its write lock); none when ``existing`` is None (a printed script).
+    """
+    out = []
+    for version in sorted(ADDED_COLUMNS):
+        for attr, column in ADDED_COLUMNS[version]:
+            table = getattr(tables, attr)
+            spec = str(CreateColumn(table.c[column]).compile(dialect=dialect)).strip()
+            if engine == "postgresql":
+                out.append(f"ALTER TABLE {tables.qualified(table)} ADD COLUMN IF NOT EXISTS {spec}")
+            elif existing is not None and column not in existing.get(table.name, {column}):
+                out.append(f"ALTER TABLE {tables.qualified(table)} ADD COLUMN {spec}")
+    return out
+
+
+def _sqlite_version_guard(tables: Tables) -> str:
+    """SQLite, printed script: a WHERE clause true only once every added column exists,
+    so the script never stamps the current version on a file it could not upgrade."""
+    checks = []
+    for version in sorted(ADDED_COLUMNS):
+        for attr, column in ADDED_COLUMNS[version]:
+            table = getattr(tables, attr)
+            checks.append(
+                f"EXISTS (SELECT 1 FROM pragma_table_info('{table.name}') WHERE name = '{column}')"
+            )
+    return " AND ".join(checks) or "1"
 
 
 def require_current(stored: int | None, where: str) -> None:
@@ -229,11 +327,17 @@ def require_current(stored: int | None, where: str) -> None:
         )
 
 
-def ddl_statements(schema: str, engine: str) -> list[str]:
-    """Idempotent DDL creating every table and index (``IF NOT EXISTS`` throughout).
+def ddl_statements(
+    schema: str, engine: str, existing: dict[str, set[str]] | None = None
+) -> list[str]:
+    """Idempotent DDL creating every table and index (``IF NOT EXISTS`` throughout), and
+    adding the columns of :data:`ADDED_COLUMNS` to tables an older version created.
 
     Printed by ``kombu-alkstore setup --print`` so a deployment whose runtime role may
     not create tables can apply it as a migration and connect with ``setup=False``.
+    On SQLite, ``existing`` (table name -> its columns) selects the columns to add; the
+    printed script (``existing`` None) adds none and leaves an older file's version as
+    it was, so ``setup=False`` still refuses it until ``kombu-alkstore setup`` ran.
     """
     tables = build_tables(schema, engine)
     dialect = postgresql.dialect() if engine == "postgresql" else sqlite.dialect()
@@ -244,13 +348,17 @@ def ddl_statements(schema: str, engine: str) -> list[str]:
         out.append(str(CreateTable(table, if_not_exists=True).compile(dialect=dialect)).strip())
         for index in sorted(table.indexes, key=lambda i: i.name or ""):
             out.append(str(CreateIndex(index, if_not_exists=True).compile(dialect=dialect)).strip())
+    out.extend(_added_columns(tables, engine, dialect, existing))
     meta = tables.qualified(tables.meta)
     out.append(
         f"INSERT INTO {meta} (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}'), "
         "('routing_version', '0') ON CONFLICT (key) DO NOTHING"
     )
     # An older layout was just brought up to date (the DDL above only adds what is new).
-    out.append(f"UPDATE {meta} SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version'")
+    guard = ""
+    if engine == "sqlite" and existing is None:
+        guard = f" AND {_sqlite_version_guard(tables)}"
+    out.append(f"UPDATE {meta} SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version'{guard}")
     return out
 
 

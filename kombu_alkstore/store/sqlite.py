@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import ConfigurationError, StoreUnavailable
+from .admin import TOTAL_MINUTE, RatePoint
 from .base import (
     AMBIENT,
     EXCHANGE_TYPES,
@@ -46,6 +47,16 @@ _DEAD_READ = (
     "expires_at, NULL, died_at, last_error"
 )
 _IN_QUEUES = "queue IN (SELECT value FROM json_each(:queues))"
+# The same, less paused queues (see Store.pause_queue): what claims and due checks look at.
+_IN_ACTIVE = (
+    "queue IN (SELECT value FROM json_each(:queues) "
+    "WHERE value NOT IN (SELECT queue FROM {paused_queues}))"
+)
+#: The dashboard's dead-letter filter (``admin.DeadFilter.params``); every part optional.
+_DEAD_WHERE = """(:queue IS NULL OR queue = :queue)
+  AND (:since IS NULL OR died_at >= :since) AND (:until IS NULL OR died_at < :until)
+  AND (:error IS NULL OR instr(lower(last_error), lower(:error)) > 0)
+  AND (:task1 IS NULL OR instr(body, :task1) > 0 OR instr(body, :task2) > 0)"""
 # The validity predicate of every operation on a claim: right token, deadline not passed.
 _HELD = (
     "(id, token) IN (SELECT value->>0, value->>1 FROM json_each(:held)) "
@@ -86,6 +97,9 @@ class SQLiteStore(Store):
                 "schedules",
                 "leases",
                 "meta",
+                "offers",
+                "paused_queues",
+                "rates",
             )
         }
         self._sql = {k: v.format(**q) for k, v in _SQL.items()}
@@ -138,6 +152,7 @@ class SQLiteStore(Store):
 
     def close(self) -> None:
         if os.getpid() == self._pid:
+            self.rates_tally.close()
             with self._lock:
                 self._db.close()
 
@@ -146,7 +161,14 @@ class SQLiteStore(Store):
         if self.schema_version() == SCHEMA_VERSION:
             return  # up to date: no DDL, no write lock
         with self._write() as conn:
-            for stmt in self.ddl():
+            # Read under the write lock: a concurrent setup may have added them already.
+            # (A table not there yet is created with every column: it is left out.)
+            existing = {}
+            for table in self.tables.metadata.sorted_tables:
+                cols = {r[1] for r in conn.execute(f'PRAGMA table_info("{table.name}")')}
+                if cols:
+                    existing[table.name] = cols
+            for stmt in self.ddl(existing):
                 conn.execute(stmt)
 
     def schema_version(self) -> int | None:
@@ -290,6 +312,18 @@ class SQLiteStore(Store):
 
     def dead_purge(self, ids: Sequence[int] | None = None, queue: str | None = None) -> int:
         return self._run("dead_purge", self._dead_filter(ids, queue))
+
+    def dead_move(self, ids: Sequence[int], queue: str) -> int:
+        validate_name(queue, "queue name")
+        params = {"ids": json.dumps([int(i) for i in ids]), "to": queue, "now": time.time()}
+        with self._write() as conn:
+            conn.execute(self._sql["dead_move_copy"], params)
+            return conn.execute(self._sql["dead_move_delete"], params).rowcount
+
+    def _write_rates(self, rows: list[RatePoint]) -> None:
+        data = [[r.queue, m, r.published, r.acked] for r in rows for m in (r.minute, TOTAL_MINUTE)]
+        with self._write() as conn:
+            conn.execute(self._sql["rates_add"], {"rows": json.dumps(data)})
 
     # ------------------------------------------------------------------- routing
     def exchange_declare(self, name: str, type_: str) -> None:
@@ -440,16 +474,16 @@ VALUES (:queue, :msg_id, :body, :priority, :run_at,
 RETURNING id""",
     "take_spent": f"""
 DELETE FROM {{jobs}}
-WHERE {_IN_QUEUES} AND state = 'processing' AND run_at <= :now AND attempts >= max_attempts
+WHERE {_IN_ACTIVE} AND state = 'processing' AND run_at <= :now AND attempts >= max_attempts
 RETURNING {_DEAD_COLS}""",
     "bury": f"""
 INSERT INTO {{dead}} ({_DEAD_COLS}, died_at, last_error)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
     "claim_probe": f"""
-SELECT 1 FROM {{jobs}} WHERE {_IN_QUEUES} AND run_at <= :now LIMIT 1""",
+SELECT 1 FROM {{jobs}} WHERE {_IN_ACTIVE} AND run_at <= :now LIMIT 1""",
     "claim_pick": f"""
 SELECT id FROM {{jobs}}
-WHERE {_IN_QUEUES} AND run_at <= :now AND (expires_at IS NULL OR expires_at > :now)
+WHERE {_IN_ACTIVE} AND run_at <= :now AND (expires_at IS NULL OR expires_at > :now)
   AND attempts < max_attempts
 ORDER BY priority DESC, run_at, id
 LIMIT :limit""",
@@ -468,7 +502,7 @@ RETURNING id, token, queue, body, priority, attempts, max_attempts, backoff_base
 WITH RECURSIVE prio(queue, p) AS (
   SELECT qn.value, (SELECT priority FROM {jobs} WHERE queue = qn.value
                     ORDER BY priority DESC LIMIT 1)
-  FROM json_each(:queues) AS qn
+  FROM json_each(:queues) AS qn WHERE qn.value NOT IN (SELECT queue FROM {paused_queues})
   UNION ALL
   SELECT prio.queue, (SELECT j.priority FROM {jobs} j WHERE j.queue = prio.queue
                       AND j.priority < prio.p ORDER BY j.priority DESC LIMIT 1)
@@ -588,22 +622,108 @@ WHERE {leases}.owner = excluded.owner OR {leases}.expires_at <= :now
 RETURNING owner""",
     "lease_release": "DELETE FROM {leases} WHERE name = :name AND owner = :owner",
     "lease_holder": "SELECT owner FROM {leases} WHERE name = :name AND expires_at > :now",
+    # Beat schedules. An upsert keeps the lifecycle columns (enabled, last run, run count,
+    # last error, a pending run-now) and, with "keep", the stored next_at while the kind,
+    # spec and time zone are unchanged (the grid survives restarts and other edits).
     "schedule_upsert": """
 INSERT INTO {schedules} (name, spec, interval, task, args, kwargs, options, next_at, origin,
-                         updated_at)
-VALUES (:name, :spec, :interval, :task, :args, :kwargs, :options, :next_at, :origin, :now)
+                          kind, tz, updated_at)
+VALUES (:name, :spec, :interval, :task, :args, :kwargs, :options,
+        :next_at, :origin, :kind, :tz, :now)
 ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, interval = excluded.interval,
   task = excluded.task, args = excluded.args, kwargs = excluded.kwargs,
   options = excluded.options, origin = excluded.origin, updated_at = excluded.updated_at,
-  next_at = CASE WHEN :keep AND {schedules}.interval = excluded.interval
+  kind = excluded.kind, tz = excluded.tz,
+  next_at = CASE WHEN :keep AND ({schedules}.kind, {schedules}.spec, {schedules}.tz)
+                                 = (excluded.kind, excluded.spec, excluded.tz)
                  THEN {schedules}.next_at ELSE excluded.next_at END""",
     "schedule_delete": "DELETE FROM {schedules} WHERE name = :name",
     "schedule_list": """
-SELECT name, spec, interval, task, args, kwargs, options, next_at, origin
+SELECT name, spec, interval, task, args, kwargs, options, next_at, origin, kind, tz, enabled,
+       last_run_at, run_count, last_error, run_requested
 FROM {schedules} ORDER BY name""",
+    "schedule_get": """
+SELECT name, spec, interval, task, args, kwargs, options, next_at, origin, kind, tz, enabled,
+       last_run_at, run_count, last_error, run_requested
+FROM {schedules} WHERE name = :name""",
+    # The clock "due" is measured against: a SQLite file's is its host's (every process
+    # on the file shares that host), so this is that host's time.
+    "schedule_clock": "SELECT :now",
     "schedule_due": """
-SELECT name, spec, interval, task, args, kwargs, options, next_at, origin
-FROM {schedules} WHERE next_at <= :now ORDER BY next_at, name""",
+SELECT name, spec, interval, task, args, kwargs, options, next_at, origin, kind, tz, enabled,
+       last_run_at, run_count, last_error, run_requested
+FROM {schedules}
+WHERE (enabled AND next_at <= :now) OR run_requested IS NOT NULL
+ORDER BY next_at, name""",
+    # One boundary fired: the next one, guarded by the one fired (a second ticker's
+    # advance of the same boundary matches no row).
     "schedule_advance": """
+UPDATE {schedules} SET next_at = :new, last_run_at = :now, run_count = run_count + 1,
+  last_error = NULL
+WHERE name = :name AND next_at = :prev""",
+    # Missed boundaries beyond the catch-up limit: skipped, not counted as runs.
+    "schedule_skip": """
 UPDATE {schedules} SET next_at = :new WHERE name = :name AND next_at = :prev""",
+    "schedule_ran_now": """
+UPDATE {schedules} SET run_requested = NULL, last_run_at = :now,
+  run_count = run_count + 1, last_error = NULL
+WHERE name = :name AND run_requested = :requested""",
+    "schedule_failed": """
+UPDATE {schedules} SET last_error = :error WHERE name = :name""",
+    "schedule_run_now": """
+UPDATE {schedules} SET run_requested = COALESCE(run_requested, :now) WHERE name = :name""",
+    "schedule_disable": "UPDATE {schedules} SET enabled = false WHERE name = :name",
+    # Re-enabled: the next boundary on the same grid after now (computed by the caller).
+    "schedule_enable": """
+UPDATE {schedules} SET enabled = true, next_at = :new
+WHERE name = :name AND next_at = :prev""",
+    # ---- pause/resume and the dashboard's reads (kombu_alkstore.web)
+    "queue_pause": """
+INSERT INTO {paused_queues} (queue, paused_at) VALUES (:name, :now)
+ON CONFLICT (queue) DO NOTHING RETURNING queue""",
+    # The commit changes data_version, which wakes every waiter on the file.
+    "queue_resume": "DELETE FROM {paused_queues} WHERE queue = :name RETURNING queue",
+    "paused_list": "SELECT queue, paused_at FROM {paused_queues} ORDER BY queue",
+    "peek": f"""
+SELECT {_JOB_COLS}, NULL, NULL FROM {{jobs}}
+WHERE queue = :queue AND state = 'pending'
+ORDER BY priority DESC, run_at, id LIMIT :limit""",
+    "dead_search": f"""
+SELECT {_DEAD_READ} FROM {{dead}}
+WHERE {_DEAD_WHERE} AND (:b_at IS NULL OR (died_at, id) < (:b_at, :b_id))
+ORDER BY died_at DESC, id DESC LIMIT :limit""",
+    "dead_count": f"""
+SELECT count(*) FROM (SELECT 1 FROM {{dead}} WHERE {_DEAD_WHERE} LIMIT coalesce(:cap, -1))""",
+    "dead_ids": f"""
+SELECT id FROM {{dead}} WHERE {_DEAD_WHERE} AND id > :after ORDER BY id LIMIT :limit""",
+    "dead_move_copy": """
+INSERT INTO {jobs} (id, queue, msg_id, body, priority, max_attempts, visibility_timeout,
+                    backoff_base, created_at, run_at, attempts)
+SELECT id, :to, msg_id, body, priority, max_attempts, visibility_timeout, backoff_base,
+       created_at, :now, 0
+FROM {dead} WHERE id IN (SELECT value FROM json_each(:ids))""",
+    "dead_move_delete": "DELETE FROM {dead} WHERE id IN (SELECT value FROM json_each(:ids))",
+    "claim_stats": """
+WITH p AS (
+  SELECT queue, count(*) AS n, min(created_at) AS oldest, min(deadline) AS deadline
+  FROM {jobs} WHERE state = 'processing' GROUP BY queue
+),
+w AS (SELECT '' AS queue, 0 AS offers, 0 AS slots WHERE 0),  -- no hand-off on SQLite
+names AS (SELECT queue FROM p UNION SELECT queue FROM w)
+SELECT n.queue, COALESCE(p.n, 0), p.oldest, p.deadline, COALESCE(w.offers, 0),
+       COALESCE(w.slots, 0)
+FROM names n LEFT JOIN p ON p.queue = n.queue LEFT JOIN w ON w.queue = n.queue
+ORDER BY n.queue""",
+    "rates_add": """
+INSERT INTO {rates} (queue, minute, published, acked)
+SELECT value->>0, value->>1, sum(value->>2), sum(value->>3) FROM json_each(:rows)
+GROUP BY value->>0, value->>1
+ON CONFLICT (queue, minute) DO UPDATE
+SET published = published + excluded.published, acked = acked + excluded.acked""",
+    "rates_since": """
+SELECT queue, minute, published, acked FROM {rates}
+WHERE minute >= :since AND minute > 0 ORDER BY minute, queue""",
+    "rates_totals": """
+SELECT queue, minute, published, acked FROM {rates} WHERE minute = :total ORDER BY queue""",
+    "rates_trim": "DELETE FROM {rates} WHERE minute < :before AND minute > 0",
 }

@@ -4,20 +4,26 @@ Configured from the environment like ``tests.apps.proj``: ``ALKSTORE_TEST_BROKER
 ``ALKSTORE_TEST_SCHEMA``, ``ALKSTORE_TEST_OPTIONS`` (JSON transport options),
 ``ALKSTORE_TEST_RECORD`` (the file each task run appends one line to), plus
 ``ALKSTORE_BEAT_SCHEDULE`` (JSON ``{name: {"schedule": seconds-or-spec, "task": …}}``),
-``ALKSTORE_BEAT_CRONTAB=<name>`` (adds a crontab entry of that name),
-``ALKSTORE_BEAT_LEASE_TTL`` and ``ALKSTORE_BEAT_MAX_INTERVAL``.
+``ALKSTORE_BEAT_CRONTAB=<name>`` (adds a ``crontab(minute="*")`` entry of that name, in
+``ALKSTORE_BEAT_TIMEZONE`` when set), ``ALKSTORE_BEAT_SCHEDULER`` (the ``beat_scheduler``
+setting), ``ALKSTORE_BEAT_LEASE_TTL``, and ``ALKSTORE_BEAT_MAX_INTERVAL``.
+``-S tests.apps.beatproj:CrashingScheduler`` is the beat that exits right after its first
+fire's publish, before the tick commits.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
+from typing import Any
 
 from celery import Celery
 from celery.schedules import crontab
 
 import kombu_alkstore  # noqa: F401  (registers the alkstore+ URL scheme)
+from celery_beat_alkstore.scheduler import Scheduler
 from tests.apps.record import record
 
 app = Celery(
@@ -30,8 +36,12 @@ schedule = json.loads(os.environ.get("ALKSTORE_BEAT_SCHEDULE", "{}"))
 if os.environ.get("ALKSTORE_BEAT_CRONTAB"):
     schedule[os.environ["ALKSTORE_BEAT_CRONTAB"]] = {
         "task": "tests.apps.beatproj.stamp",
-        "schedule": crontab(minute="*/5"),
+        "schedule": crontab(minute="*"),
     }
+if os.environ.get("ALKSTORE_BEAT_TIMEZONE"):
+    app.conf.timezone = os.environ["ALKSTORE_BEAT_TIMEZONE"]
+if os.environ.get("ALKSTORE_BEAT_SCHEDULER"):  # e.g. "alkstore": beat_scheduler, not -S
+    app.conf.beat_scheduler = os.environ["ALKSTORE_BEAT_SCHEDULER"]
 
 app.conf.update(
     broker_transport_options=options,
@@ -56,3 +66,16 @@ def stamp(self, *args: object, **kwargs: object) -> None:
         os.getpid(),
         json.dumps([list(args), kwargs]),
     )
+
+
+class CrashingScheduler(Scheduler):
+    """Exits (status 1) right after its first fire's publish, before the tick commits."""
+
+    def _publish(self, row: Any, boundary: float, producer: Any, run_now: bool = False) -> None:
+        super()._publish(row, boundary, producer, run_now)
+        logging.getLogger(__name__).critical(
+            "crashing after the enqueue of %r boundary %r, before commit", row.name, boundary
+        )
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(1)

@@ -25,21 +25,25 @@ def every(seconds: int, name: str = "tick", **extra) -> dict[str, str]:
 
 
 @contextmanager
-def beat_process(target, record: Path, log: Path, **env: str) -> Iterator[subprocess.Popen]:
+def beat_process(
+    target, record: Path, log: Path, scheduler: str = "alkstore", **env: str
+) -> Iterator[subprocess.Popen]:
     """A ``celery beat -S alkstore`` subprocess; always killed (with its session) on exit."""
-    with beats(target, record, [log], **env) as procs:
+    with beats(target, record, [log], scheduler, **env) as procs:
         yield procs[0]
 
 
 @contextmanager
-def beats(target, record: Path, logs: list[Path], **env: str) -> Iterator[list[subprocess.Popen]]:
+def beats(
+    target, record: Path, logs: list[Path], scheduler: str = "alkstore", **env: str
+) -> Iterator[list[subprocess.Popen]]:
     procs: list[subprocess.Popen] = []
     outs = []
     try:
         for log in logs:
             out = open(log, "ab")  # noqa: SIM115
             outs.append(out)
-            procs.append(start_beat(target, record, out, **env))
+            procs.append(start_beat(target, record, out, scheduler, **env))
         yield procs
     finally:
         for proc in procs:
@@ -48,9 +52,10 @@ def beats(target, record: Path, logs: list[Path], **env: str) -> Iterator[list[s
             out.close()
 
 
-def start_beat(target, record: Path, out, **env: str) -> subprocess.Popen:
+def start_beat(target, record: Path, out, scheduler: str = "alkstore", **env: str):
+    """A ``celery beat -S <scheduler>`` subprocess in its own session."""
     return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", APP, "beat", "-S", "alkstore", "--loglevel=INFO"],
+        [sys.executable, "-m", "celery", "-A", APP, "beat", "-S", scheduler, "--loglevel=INFO"],
         env=proc_env(target, record, **env),
         stdout=out,
         stderr=subprocess.STDOUT,

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from celery_beat_alkstore import LEASE_NAME, first_boundary, schedule
-from celery_beat_alkstore.scheduler import CATCH_UP_LIMIT, CRASH_HOOK
+from celery_beat_alkstore.scheduler import CATCH_UP_LIMIT
 from kombu_alkstore.store import ScheduleRow
 from tests.beat.beat_helpers import (
     TASK,
@@ -161,11 +161,12 @@ def test_crash_between_enqueue_and_commit_refires_the_boundary(target, tmp_path)
     record, store = tmp_path / "record", target.open()
     env = every(1)
     log1, log2 = tmp_path / "beat1.log", tmp_path / "beat2.log"
-    with beat_process(target, record, log1, **env, **{CRASH_HOOK: "1"}) as beat:
+    crashing = "tests.apps.beatproj:CrashingScheduler"
+    with beat_process(target, record, log1, crashing, **env) as beat:
         assert beat.wait(timeout=30) == 1
     text = log_text(log1)
-    assert "exiting after the enqueue of 'tick' boundary" in text, text[-2000:]
-    boundary = float(text.split("exiting after the enqueue of 'tick' boundary ")[1].split(",")[0])
+    assert "crashing after the enqueue of 'tick' boundary" in text, text[-2000:]
+    boundary = float(text.split("crashing after the enqueue of 'tick' boundary ")[1].split(",")[0])
     # Nothing of that tick committed: no job, next_at not advanced.
     assert queued_boundaries(store) == []
     assert next_at(store, "tick") == boundary
@@ -181,13 +182,16 @@ def test_crash_between_enqueue_and_commit_refires_the_boundary(target, tmp_path)
 @pytest.mark.parametrize(
     "extra, words",
     [
-        ({"ALKSTORE_BEAT_CRONTAB": "nightly-report"}, ["nightly-report", "crontab"]),
+        (
+            {"ALKSTORE_BEAT_SCHEDULE": '{"typo": {"schedule": "cron 61 * * * *", "task": "t"}}'},
+            ["ERROR", "'typo'", "cron 61 * * * *", "minute", "expected '@every <n><unit>'"],
+        ),
         (
             {"ALKSTORE_BEAT_SCHEDULE": '{"weird": {"schedule": "@every 5x", "task": "t"}}'},
-            ["weird", "@every 5x"],
+            ["ERROR", "weird", "@every 5x", "'cron <minute> <hour>"],
         ),
     ],
-    ids=["crontab", "malformed"],
+    ids=["cron-typo", "malformed"],
 )
 def test_bad_entry_is_refused_at_start(target, tmp_path, extra, words):
     record, log = tmp_path / "record", tmp_path / "beat.log"

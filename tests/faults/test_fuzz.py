@@ -622,7 +622,8 @@ def test_schedule_name_and_spec_stored_or_one_clear_line(sqlite_target, name, sp
             assert beat_api.list_schedules(store=store) == []
             return
         assert stored.name == name
-        assert stored.interval > 0 and math.isfinite(stored.interval)
+        # A cron schedule has no interval (0); an @every one a positive, finite one.
+        assert stored.kind == "cron" or (stored.interval > 0 and math.isfinite(stored.interval))
         assert math.isfinite(stored.next_at)
         assert [s.name for s in beat_api.list_schedules(store=store)] == [name]
         assert beat_api.unschedule(name, store=store)

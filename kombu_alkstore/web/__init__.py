@@ -1,0 +1,21 @@
+"""The dashboard and Prometheus ``/metrics`` (``pip install "kombu-alkstore[web]"``).
+
+``kombu-alkstore -b URL web [--host H --port P]`` serves it; :func:`create_app` gives the
+ASGI app over an open store for embedding. Modules: :mod:`.app` (routes, pages),
+:mod:`.queries` (snapshot sampler, bulk actions, schedules, consumers), :mod:`.chart`
+(the SVG rate chart), :mod:`.metrics` (Prometheus), :mod:`.auth` (write access, CSRF).
+"""
+
+from __future__ import annotations
+
+from .app import Config, Dashboard, create_app
+
+__all__ = ["Config", "Dashboard", "create_app", "serve"]
+
+
+def serve(store, config: Config, host: str = "127.0.0.1", port: int = 8080) -> None:
+    """Serve the dashboard over ``store`` until interrupted (uvicorn)."""
+    import uvicorn
+
+    app = create_app(store, config)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -1,0 +1,361 @@
+"""The dashboard: a Starlette app rendering Jinja2 templates (autoescaped), over a store.
+
+Reads are open; every action is a POST that needs write access and a CSRF token (see
+:mod:`.auth`). Nothing from a request reaches SQL but as a bound parameter of a store
+method.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from ..errors import AlkstoreError
+from ..store import Store
+from ..store.options import validate_name
+from . import chart, metrics
+from .auth import Auth
+from .queries import (
+    COUNT_CAP,
+    BulkRunner,
+    Inspector,
+    Sampler,
+    apply,
+    describe,
+    filter_query,
+    parse_filter,
+    schedule_action,
+    schedules,
+)
+
+TEMPLATES = Path(__file__).with_name("templates")
+PAGE_SIZE = 50
+PEEK_DEFAULT, PEEK_MAX = 20, 500
+
+
+@dataclass
+class Config:
+    """How the dashboard runs (see ``kombu-alkstore web --help``)."""
+
+    token: str | None = None
+    refresh: float = 5.0
+    inspect: bool = True
+    broker_url: str | None = None
+    #: Seconds between two ``inspect active/reserved`` rounds (consumers page).
+    inspect_every: float = 10.0
+
+
+def fmt_time(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def fmt_age(seconds: float | None) -> str:
+    from ..cli import fmt_age as cli_age
+
+    return cli_age(seconds)
+
+
+class Dashboard:
+    """The dashboard's state: the store, the sampler, bulk actions, the templates."""
+
+    def __init__(self, store: Store, config: Config) -> None:
+        self.store = store
+        self.config = config
+        self.auth = Auth(config.token)
+        self.sampler = Sampler(store, config.refresh)
+        self.bulk = BulkRunner(store, self.sampler.poke)
+        self.inspector = (
+            Inspector(config.broker_url, store.options.schema, config.inspect_every)
+            if config.inspect and config.broker_url
+            else None
+        )
+        self.env = Environment(
+            loader=FileSystemLoader(TEMPLATES),
+            autoescape=select_autoescape(["html", "svg"], default=True),
+        )
+        self.env.filters.update(time=fmt_time, age=fmt_age)
+
+    # ---------------------------------------------------------------- plumbing
+    def render(
+        self, request: Request, template: str, status: int = 200, **ctx: Any
+    ) -> HTMLResponse:
+        snap = self.sampler.snapshot
+        ctx.update(
+            request=request,
+            writable=self.auth.may_write(request),
+            write_configured=self.auth.writable,
+            csrf=self.auth.csrf_token(request),
+            snap=snap,
+            where=f"{self.store.url.masked()} (schema {self.store.options.schema})",
+            now=time.time(),
+            urlencode=urlencode,
+            flash=request.query_params.get("flash"),
+        )
+        html = self.env.get_template(template).render(**ctx)
+        return HTMLResponse(html, status_code=status)
+
+    def refuse(self, request: Request, why: str, status: int = 403) -> HTMLResponse:
+        return self.render(request, "error.html", status=status, message=why)
+
+    async def form(self, request: Request) -> tuple[Any, HTMLResponse | None]:
+        """The POSTed form, or the refusal when the POST is not allowed."""
+        form = await request.form()
+        why = self.auth.check_post(request, form.get("csrf"))
+        if why:
+            status = 401 if why.startswith("read-only") else 403
+            return form, self.refuse(request, why, status)
+        return form, None
+
+    def done(self, url: str, message: str) -> RedirectResponse:
+        self.sampler.poke()
+        sep = "&" if "?" in url else "?"
+        return RedirectResponse(f"{url}{sep}{urlencode({'flash': message})}", status_code=303)
+
+    # ------------------------------------------------------------------- pages
+    def overview(self, request: Request) -> Response:
+        snap = self.sampler.snapshot
+        queue = request.query_params.get("chart") or None
+        rows = []
+        for name in snap.queue_names():
+            c = snap.queue(name)
+            rin, rout = chart.last_minutes_rate(snap.rates, name, snap.taken_at or time.time())
+            rows.append({"c": c, "paused": name in snap.paused, "rin": rin, "rout": rout})
+        return self.render(
+            request,
+            "overview.html",
+            rows=rows,
+            chart=chart.build(snap.rates, queue, snap.taken_at or None),
+            chart_queue=queue,
+        )
+
+    def queue(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            validate_name(name, "queue name")
+            n = min(max(int(request.query_params.get("n", PEEK_DEFAULT)), 1), PEEK_MAX)
+        except (AlkstoreError, ValueError) as exc:
+            return self.refuse(request, str(exc), 400)
+        snap = self.sampler.snapshot
+        peeked = [describe(j) for j in self.store.peek(name, n)]
+        return self.render(
+            request,
+            "queue.html",
+            name=name,
+            c=snap.queue(name),
+            paused=self.store.paused_queues().get(name),
+            peeked=peeked,
+            n=n,
+            chart=chart.build(snap.rates, name, snap.taken_at or None),
+        )
+
+    def dead(self, request: Request) -> Response:
+        try:
+            where = parse_filter(request.query_params)
+            before = request.query_params.get("before")
+            cursor = None
+            if before:
+                at, _, ident = before.partition(":")
+                cursor = (float(at), int(ident))
+        except ValueError as exc:
+            return self.refuse(request, f"bad filter: {exc}", 400)
+        jobs = self.store.dead_search(where, PAGE_SIZE + 1, cursor)
+        more = len(jobs) > PAGE_SIZE
+        jobs = jobs[:PAGE_SIZE]
+        if cursor is None and not more:
+            count = len(jobs)  # the first page holds them all: no second scan
+        else:
+            count = self.store.dead_count(where, COUNT_CAP + 1)
+        query = filter_query(where)
+        next_url = None
+        if more:
+            last = jobs[-1]
+            next_url = "/dead?" + urlencode({**query, "before": f"{last.died_at!r}:{last.id}"})
+        return self.render(
+            request,
+            "dead.html",
+            items=[describe(j) for j in jobs],
+            where=where,
+            query=query,
+            count=count,
+            capped=count > COUNT_CAP,
+            cap=COUNT_CAP,
+            next_url=next_url,
+            queues=self.sampler.snapshot.queue_names(),
+        )
+
+    def dead_one(self, request: Request) -> Response:
+        try:
+            ident = int(request.path_params["id"])
+        except ValueError:
+            return self.refuse(request, "a dead letter id is a number", 400)
+        job = self.store.get_job(ident)
+        if job is None or job.state != "dead":
+            return self.refuse(request, f"no dead letter {ident}", 404)
+        return self.render(request, "dead_one.html", item=describe(job))
+
+    def schedules(self, request: Request) -> Response:
+        items, actions, error = schedules(self.store)
+        return self.render(request, "schedules.html", items=items, actions=actions, error=error)
+
+    def consumers(self, request: Request) -> Response:
+        insp = self.inspector
+        return self.render(
+            request,
+            "consumers.html",
+            claims=self.sampler.snapshot.claims,
+            workers=insp.workers if insp else None,
+            inspected_at=insp.taken_at if insp else None,
+            inspect_error=insp.error if insp else None,
+        )
+
+    def bulk_status(self, request: Request) -> Response:
+        job = self.bulk.jobs.get(request.path_params["id"])
+        if job is None:
+            return self.refuse(request, "no such bulk action (the dashboard restarted?)", 404)
+        return self.render(request, "bulk.html", job=job, query=filter_query(job.where))
+
+    def login(self, request: Request) -> Response:
+        if not self.auth.writable:
+            return self.refuse(request, "write access is not configured (read-only)", 403)
+        if not self.auth.may_write(request):
+            return Response(
+                "write access needs the dashboard token as the password",
+                status_code=401,
+                headers={"WWW-Authenticate": f'Basic realm="{self.auth.realm}"'},
+            )
+        return RedirectResponse("/", status_code=303)
+
+    def scrape(self, request: Request) -> Response:
+        return Response(metrics.render(self.registry), media_type=metrics.CONTENT_TYPE)
+
+    # ----------------------------------------------------------------- actions
+    async def queue_action(self, request: Request) -> Response:
+        name, action = request.path_params["name"], request.path_params["action"]
+        form, refused = await self.form(request)
+        if refused:
+            return refused
+        try:
+            validate_name(name, "queue name")
+        except AlkstoreError as exc:
+            return self.refuse(request, str(exc), 400)
+        url = "/queues/" + _quote(name)
+        if action == "pause":
+            self.store.pause_queue(name)
+            return self.done(url, f"queue {name} paused")
+        if action == "resume":
+            self.store.resume_queue(name)
+            return self.done(url, f"queue {name} resumed")
+        if action == "purge":
+            n = self.store.purge(name)
+            return self.done(url, f"purged {n} pending messages")
+        return self.refuse(request, f"unknown action {action!r}", 404)
+
+    async def dead_action(self, request: Request) -> Response:
+        action = request.path_params["action"]
+        if action not in ("requeue", "purge"):
+            return self.refuse(request, f"unknown action {action!r}", 404)
+        form, refused = await self.form(request)
+        if refused:
+            return refused
+        to = (form.get("to") or "").strip() or None
+        try:
+            if to:
+                validate_name(to, "queue name")
+            where = parse_filter(form)
+            ids = [int(i) for i in form.getlist("id")]
+        except (AlkstoreError, ValueError) as exc:
+            return self.refuse(request, str(exc), 400)
+        back = form.get("back") or "/dead"
+        if not back.startswith("/") or back.startswith("//"):
+            back = "/dead"
+        if form.get("scope") == "matching":
+            job = self.bulk.start(action, where, to if action == "requeue" else None)
+            return RedirectResponse(f"/bulk/{job.id}", status_code=303)
+        if not ids:
+            return self.done(back, "nothing selected")
+        n = apply(self.store, action, ids, to if action == "requeue" else None)
+        verb = "requeued" if action == "requeue" else "purged"
+        dest = f" to {to}" if to and action == "requeue" else ""
+        if back.startswith("/dead/"):
+            back = "/dead"
+        return self.done(back, f"{verb} {n} dead letter{'s' if n != 1 else ''}{dest}")
+
+    async def schedule_action(self, request: Request) -> Response:
+        name, action = request.path_params["name"], request.path_params["action"]
+        form, refused = await self.form(request)
+        if refused:
+            return refused
+        if action not in ("enable", "disable", "run_now"):
+            return self.refuse(request, f"unknown action {action!r}", 404)
+        try:
+            schedule_action(self.store, action, name)
+        except LookupError as exc:
+            return self.refuse(request, str(exc), 501)
+        except AlkstoreError as exc:
+            return self.refuse(request, str(exc), 400)
+        return self.done("/schedules", f"schedule {name}: {action.replace('_', ' ')} done")
+
+    # --------------------------------------------------------------------- app
+    def app(self) -> Starlette:
+        self.registry = metrics.registry(lambda: self.sampler.snapshot)
+        routes = [
+            Route("/", self.overview),
+            Route("/queues/{name:path}/{action:str}", self.queue_action, methods=["POST"]),
+            Route("/queues/{name:path}", self.queue),
+            Route("/dead", self.dead),
+            Route("/dead/{id}", self.dead_one),
+            Route("/dead-action/{action}", self.dead_action, methods=["POST"]),
+            Route("/bulk/{id}", self.bulk_status),
+            Route("/schedules", self.schedules),
+            Route("/schedules/{name:path}/{action:str}", self.schedule_action, methods=["POST"]),
+            Route("/consumers", self.consumers),
+            Route("/login", self.login),
+            Route("/metrics", self.scrape),
+        ]
+        return Starlette(routes=routes, lifespan=self._lifespan)
+
+    def _lifespan(self, app: Starlette) -> Any:
+        from contextlib import asynccontextmanager
+
+        @asynccontextmanager
+        async def span(_: Starlette):
+            self.start()
+            try:
+                yield
+            finally:
+                self.stop()
+
+        return span(app)
+
+    def start(self) -> None:
+        self.sampler.start()
+        if self.inspector:
+            self.inspector.start()
+
+    def stop(self) -> None:
+        self.sampler.stop()
+        if self.inspector:
+            self.inspector.stop()
+
+
+def _quote(name: str) -> str:
+    from urllib.parse import quote
+
+    return quote(name, safe="")
+
+
+def create_app(store: Store, config: Config | None = None) -> Starlette:
+    """The dashboard's ASGI app over ``store`` (which the caller closes)."""
+    return Dashboard(store, config or Config()).app()

@@ -1,0 +1,72 @@
+"""``/metrics`` for Prometheus, with the official ``prometheus_client``.
+
+A scrape reads the dashboard's :class:`~.queries.Snapshot` (refreshed by the sampler on
+its own timer), so it sends no statement itself: the cost per scrape is constant however
+many queues or messages there are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .queries import Snapshot
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class StoreCollector(Collector):
+    """Queue depths, dead letters, oldest age and publish/ack counters per queue."""
+
+    def __init__(self, snapshot: Callable[[], Snapshot]) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator:
+        snap = self.snapshot()
+        depth = GaugeMetricFamily(
+            "alkstore_queue_messages",
+            "Messages in a queue by state (pending: due, delayed: ETA in the future, "
+            "processing: claimed)",
+            labels=["queue", "state"],
+        )
+        dead = GaugeMetricFamily("alkstore_dead_letters", "Dead letters", labels=["queue"])
+        oldest = GaugeMetricFamily(
+            "alkstore_oldest_pending_age_seconds",
+            "Age of the oldest due pending message",
+            labels=["queue"],
+        )
+        paused = GaugeMetricFamily("alkstore_queue_paused", "1 if paused", labels=["queue"])
+        for c in snap.counts:
+            for state in ("pending", "delayed", "processing"):
+                depth.add_metric([c.queue, state], getattr(c, state))
+            dead.add_metric([c.queue], c.dead)
+            oldest.add_metric([c.queue], c.oldest_age or 0.0)
+        for name in snap.queue_names():
+            paused.add_metric([name], 1.0 if name in snap.paused else 0.0)
+        published = CounterMetricFamily(
+            "alkstore_published", "Messages published to a queue", labels=["queue"]
+        )
+        acked = CounterMetricFamily("alkstore_acked", "Messages acked (done)", labels=["queue"])
+        for t in snap.totals:
+            published.add_metric([t.queue], t.published)
+            acked.add_metric([t.queue], t.acked)
+        age = GaugeMetricFamily(
+            "alkstore_snapshot_timestamp_seconds", "When these figures were read"
+        )
+        age.add_metric([], snap.taken_at)
+        up = GaugeMetricFamily("alkstore_up", "1 if the last read of the store succeeded")
+        up.add_metric([], 0.0 if snap.error else 1.0)
+        yield from (depth, dead, oldest, paused, published, acked, age, up)
+
+
+def registry(snapshot: Callable[[], Snapshot]) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(StoreCollector(snapshot))
+    return reg
+
+
+def render(reg: CollectorRegistry) -> bytes:
+    return generate_latest(reg)

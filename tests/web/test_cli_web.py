@@ -1,0 +1,65 @@
+"""``kombu-alkstore web``: the dashboard as a process, as an operator starts it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+from tests.helpers import ROOT, kill_group
+from tests.web.conftest import free_port
+
+
+def test_web_command_serves_the_dashboard_and_metrics(pg_target, tmp_path):
+    store = pg_target.open()
+    store.enqueue("cliq", b"1")
+    store.close()
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    port = free_port()
+    log = open(tmp_path / "web.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kombu_alkstore",
+            "-b",
+            pg_target.broker_url,
+            "--schema",
+            pg_target.schema,
+            "web",
+            "--port",
+            str(port),
+            "--token-file",
+            str(token),
+            "--no-inspect",
+            "--refresh",
+            "0.5",
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
+                    page = r.read().decode()
+                break
+            except OSError:
+                assert proc.poll() is None, (tmp_path / "web.log").read_text()
+                assert time.monotonic() < deadline, "the dashboard did not start"
+                time.sleep(0.2)
+        assert 'data-queue="cliq"' in page and "log in" in page
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        assert 'alkstore_queue_messages{queue="cliq",state="pending"} 1.0' in text
+    finally:
+        kill_group(proc)
+        log.close()
+    assert "write access with the token" in (tmp_path / "web.log").read_text()
