@@ -301,6 +301,41 @@ def cmd_dead_list(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_scheduled(args: argparse.Namespace, out: TextIO) -> int:
+    """Delayed tasks (ETA, countdown) held by the broker, soonest first: what
+    ``celery inspect scheduled`` cannot list here, since workers do not hold them."""
+    if args.limit < 1:
+        raise CLIError(f"--limit must be at least 1, got {args.limit}")
+    store = open_cli_store(args)
+    try:
+        jobs = store.scheduled(queue=args.queue, limit=args.limit)
+    finally:
+        store.close()
+    if args.json:
+        out.write(json.dumps([job_dict(j) for j in jobs]) + "\n")
+        return 0
+    if not jobs:
+        where = f" in queue {args.queue!r}" if args.queue else ""
+        out.write(f"no scheduled tasks{where}\n")
+        return 0
+    rows = []
+    for j in jobs:
+        d = decode(j.body)
+        rows.append(
+            [
+                fmt_time(j.run_at),
+                str(d.get("task") or "-"),
+                str(d.get("task_id") or j.msg_id or "-"),
+                j.queue,
+                str(j.priority),
+            ]
+        )
+    out.write(table(rows, ["ETA", "TASK", "TASK ID", "QUEUE", "PRIORITY"]) + "\n")
+    if len(jobs) == args.limit:
+        out.write(f"(first {args.limit}, soonest first; use --limit to see more)\n")
+    return 0
+
+
 def find_job(store, ident: str):
     """A job by its own id (digits) or by the Celery task id; CLIError when unknown."""
     job = None
@@ -620,6 +655,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--iterations", type=int, default=0, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser(
+        "scheduled",
+        parents=[common],
+        help="delayed tasks (ETA, countdown) the broker holds, soonest first",
+    )
+    p.add_argument("--queue", metavar="Q", help="only this queue")
+    p.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (default 50)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_scheduled)
 
     dead = sub.add_parser("dead", help="dead letters: list, show, requeue, purge")
     dsub = dead.add_subparsers(dest="dead_command", metavar="ACTION")

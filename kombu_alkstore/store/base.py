@@ -123,6 +123,8 @@ class Delivery:
     #: The job's own visibility timeout (stamped at publish): a holder heartbeats well
     #: within it, whatever its own configuration says.
     visibility_timeout: float | None = None
+    #: A revoke of its task reached the broker before this claim (see :meth:`Store.revoke`).
+    revoked: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,6 +383,11 @@ class Store(abc.ABC):
     def _run(self, key: str, params: dict[str, Any] | None = None) -> int:
         """Run the engine's statement ``key``; the row count."""
 
+    @staticmethod
+    def _array(values: list[Any]) -> Any:
+        """A list as the engine binds it (PostgreSQL: an array; SQLite: JSON text)."""
+        return values
+
     # ---------------------------------------------------------------- enqueue
     def enqueue(self, queue: str, body: bytes | str, **kwargs: Any) -> int:
         """Enqueue one job (see :class:`NewJob` for the keyword arguments); return its id."""
@@ -516,6 +523,26 @@ class Store(abc.ABC):
     def fail(self, deliveries: Iterable[Delivery], error: str) -> set[int]:
         """Move jobs to the dead letters with ``error``."""
         return self._kill_held(_handles(deliveries), str(error))
+
+    def revoke(self, task_ids: Sequence[str]) -> int:
+        """Record that the tasks ``task_ids`` are revoked on their jobs still in the store
+        (pending, delayed or held), so every later claim delivers them marked revoked.
+        Returns how many jobs were marked. A job published after its revoke is not marked
+        (the workers' own revoked lists cover that, as on other brokers)."""
+        ids = [validate_name(str(t), "task id") for t in task_ids]
+        return self._run("revoke", {"ids": self._array(ids)}) if ids else 0
+
+    def revoked_among(self, job_ids: Sequence[int]) -> set[int]:
+        """Which of these jobs were revoked (see :meth:`revoke`): one indexed read."""
+        if not job_ids:
+            return set()
+        ids = self._array([int(i) for i in job_ids])
+        return {r[0] for r in self._all("revoked_among", {"job_ids": ids})}
+
+    def scheduled(self, queue: str | None = None, limit: int = 100) -> list[Job]:
+        """Delayed jobs (pending, due in the future), soonest first: the ETA and countdown
+        tasks that ``celery inspect scheduled`` cannot list on this broker."""
+        return [Job(*r) for r in self._all("scheduled", {"queue": queue, "limit": int(limit)})]
 
     def dead_explain(self, msg_id: str, error: str, was: str = "rejected") -> int:
         """Replace the generic ``was`` error of the dead letters of message ``msg_id`` by

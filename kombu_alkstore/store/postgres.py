@@ -479,7 +479,7 @@ def _deliveries(rows: list[tuple]) -> tuple[list[Delivery], bool]:
     the dead letters) took places in the batch, so more may be due."""
     claimed = [r for r in rows if r[0] is not None]
     claimed.sort(key=lambda r: (-r[4], r[9], r[0]))  # priority DESC, run_at, id
-    return [Delivery(*r[:9], r[10], r[11]) for r in claimed], len(claimed) < len(rows)
+    return [Delivery(*r[:9], *r[10:13]) for r in claimed], len(claimed) < len(rows)
 
 
 class AsyncClaims(AsyncSession):
@@ -812,11 +812,12 @@ claimed AS (
   FROM due
   WHERE j.id = due.id AND NOT due.spent
   RETURNING j.id, j.token, j.queue, j.body, j.priority, j.attempts, j.max_attempts,
-            j.backoff_base, j.deadline, due.was_due, j.msg_id, j.visibility_timeout
+            j.backoff_base, j.deadline, due.was_due, j.msg_id, j.visibility_timeout,
+            j.revoked_at IS NOT NULL
 )
 SELECT * FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, count(*)::int, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT NULL, NULL, NULL, NULL, NULL, count(*)::int, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM buried HAVING count(*) > 0""",
     "has_due": f"""
 SELECT EXISTS (
@@ -956,6 +957,16 @@ ins AS (
   RETURNING queue
 )
 SELECT {_NOTIFY.format(run_at="NULL::float8", queue="queue")} FROM ins""",
+    # A revoke is an operator's rare act: a scan of the jobs by task id is fine here.
+    "revoke": f"""
+UPDATE {{jobs}} SET revoked_at = {NOW}
+WHERE msg_id = ANY(%(ids)s::text[]) AND revoked_at IS NULL""",
+    "revoked_among": """
+SELECT id FROM {jobs} WHERE id = ANY(%(job_ids)s::bigint[]) AND revoked_at IS NOT NULL""",
+    "scheduled": f"""
+SELECT {_JOB_COLS}, NULL, NULL FROM {{jobs}}
+WHERE state = 'pending' AND run_at > {NOW} AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+ORDER BY run_at, id LIMIT %(limit)s""",
     "dead_explain": """
 UPDATE {dead} SET last_error = %(error)s WHERE msg_id = %(msg_id)s AND last_error = %(was)s""",
     "dead_purge": """

@@ -95,6 +95,9 @@ def build_tables(schema: str, engine: str) -> Tables:
         Column("deadline", Double),
         Column("token", BigInteger),
         Column("created_at", Double, nullable=False),
+        # When a Celery revoke of this task reached the broker (see Store.revoke): a
+        # claim delivers it marked, so the worker discards it, whatever its restarts.
+        Column("revoked_at", Double),
         sqlite_autoincrement=True,
         # A queue table churns: vacuum it early so claims do not walk dead index entries.
         postgresql_with={
@@ -272,6 +275,7 @@ ADDED_COLUMNS: dict[int, list[tuple[str, str]]] = {
         ("schedules", "run_count"),
         ("schedules", "last_error"),
         ("schedules", "run_requested"),
+        ("jobs", "revoked_at"),
     ],
 }
 

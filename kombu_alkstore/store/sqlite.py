@@ -138,6 +138,10 @@ class SQLiteStore(Store):
                 raise
             self._db.execute("COMMIT")
 
+    @staticmethod
+    def _array(values: list[Any]) -> str:
+        return json.dumps(values)
+
     def _all(self, key: str, params: dict[str, Any] | None = None) -> list[tuple]:
         with self._read() as conn:
             return conn.execute(self._sql[key], _with_now(params)).fetchall()
@@ -217,7 +221,9 @@ class SQLiteStore(Store):
             params["ids"] = json.dumps(order)
             rows = {r[0]: r for r in conn.execute(self._sql["claim"], params)}
         # In the candidates' order (priority DESC, run_at, id), which RETURNING loses.
-        return [Delivery(*rows[i]) for i in order if i in rows]
+        # (revoked_at as is: "revoked_at IS NOT NULL" in this RETURNING read 1 for every
+        # row on SQLite 3.40)
+        return [Delivery(*rows[i][:11], rows[i][11] is not None) for i in order if i in rows]
 
     def has_due(self, queues: Sequence[str]) -> bool:
         params = {"queues": json.dumps(list(queues))}
@@ -493,7 +499,7 @@ SET state = 'processing', attempts = attempts + 1, token = random(),
     deadline = :now + visibility_timeout, run_at = :now + visibility_timeout
 WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING id, token, queue, body, priority, attempts, max_attempts, backoff_base, deadline,
-          msg_id, visibility_timeout""",
+          msg_id, visibility_timeout, revoked_at""",
     "ping": "SELECT 1",
     "size": "SELECT count(*) FROM {jobs} WHERE queue = :queue AND state = 'pending'",
     # min(run_at) of the pending jobs, by a loose index scan of the claim index: one
@@ -584,6 +590,16 @@ RETURNING id, queue, msg_id, body, priority, max_attempts, visibility_timeout, b
 INSERT INTO {jobs} (id, queue, msg_id, body, priority, max_attempts, visibility_timeout,
                     backoff_base, created_at, run_at, attempts)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)""",
+    "revoke": """
+UPDATE {jobs} SET revoked_at = :now
+WHERE msg_id IN (SELECT value FROM json_each(:ids)) AND revoked_at IS NULL""",
+    "revoked_among": """
+SELECT id FROM {jobs}
+WHERE id IN (SELECT value FROM json_each(:job_ids)) AND revoked_at IS NOT NULL""",
+    "scheduled": f"""
+SELECT {_JOB_COLS}, NULL, NULL FROM {{jobs}}
+WHERE state = 'pending' AND run_at > :now AND (:queue IS NULL OR queue = :queue)
+ORDER BY run_at, id LIMIT :limit""",
     "dead_explain": """
 UPDATE {dead} SET last_error = :error WHERE msg_id = :msg_id AND last_error = :was""",
     "dead_purge": """

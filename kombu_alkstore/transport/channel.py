@@ -15,7 +15,7 @@ from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from ..errors import ConfigurationError
 from ..store import Delivery, unbound
-from . import reasons
+from . import reasons, revokes
 from .envelope import to_job, to_message
 
 if TYPE_CHECKING:
@@ -121,6 +121,7 @@ class Channel(virtual.Channel):
         self.store.publish([to_job(queue, message)])
 
     def _put_fanout(self, exchange: str, message: dict, routing_key: str, **kwargs: Any) -> None:
+        revokes.record(self.store, exchange, message)  # a Celery revoke: made durable
         queues = sorted({q for _, _, q in self.get_table(exchange)})
         if queues:
             self.store.publish([to_job(q, message) for q in queues])
@@ -339,6 +340,15 @@ class Channel(virtual.Channel):
         self.idle = not full
         self.connection.offer(self)
 
+    def take_handoffs(self, deliveries: list[Delivery]) -> None:
+        """Jobs publishers handed to this channel's offer, already claimed for it, in the
+        order they were handed."""
+        pending = deque(deliveries)
+        while pending:
+            started = time.monotonic()
+            self.take_handoff(pending.popleft())
+            revokes.recheck_if_slow(self.store, started, pending)
+
     def take_handoff(self, d: Delivery) -> None:
         """A job a publisher handed to this channel's offer, already claimed for it."""
         slots, queues = self.offered
@@ -369,12 +379,16 @@ class Channel(virtual.Channel):
                 tag = tag_of(d)
                 if d.queue not in self._no_ack_queues:
                     held[tag] = d
+                if d.revoked:
+                    revokes.tell_worker(d.msg_id)
+                started = time.monotonic()
                 try:
                     self.connection._deliver(message, d.queue)
                 except Exception as exc:
                     # The consumer could not take it (e.g. a task body Celery cannot
                     # parse): dead-letter it rather than crash the worker on it forever.
                     self._refuse(d, tag, exc)
+                revokes.recheck_if_slow(self.store, started, pending)
         finally:
             rest = [d for d in pending if d.queue not in self._no_ack_queues]
             if rest:  # a callback raised mid-batch: hand the rest back untouched

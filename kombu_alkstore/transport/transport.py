@@ -314,13 +314,16 @@ class Transport(virtual.Transport):
             return
         by_id = {ch.channel_id: ch for ch in self.channels}
         orphans = []
+        mine: dict[Any, list[Any]] = {}
         for chan, delivery in wake.handoffs:
             channel = by_id.get(chan)
             if channel is None:
                 orphans.append(delivery)
             else:
-                channel.take_handoff(delivery)
+                mine.setdefault(channel, []).append(delivery)
         hand_back(self.store, orphans)
+        for channel, deliveries in mine.items():
+            channel.take_handoffs(deliveries)
 
     def _learn_next_due(self) -> None:
         """Ask the store when the next delayed job is due (engines whose wake-ups don't say)."""

@@ -19,7 +19,11 @@ from celery.exceptions import Reject
 import kombu_alkstore  # noqa: F401  (registers the alkstore+ URL scheme)
 from tests.apps.record import record
 
-app = Celery("proj", broker=os.environ.get("ALKSTORE_TEST_BROKER", "alkstore+sqlite:///proj.db"))
+app = Celery(
+    "proj",
+    broker=os.environ.get("ALKSTORE_TEST_BROKER", "alkstore+sqlite:///proj.db"),
+    backend=os.environ.get("ALKSTORE_TEST_BACKEND") or None,
+)
 options = {"schema": os.environ.get("ALKSTORE_TEST_SCHEMA", "alkstore")}
 options.update(json.loads(os.environ.get("ALKSTORE_TEST_OPTIONS", "{}")))
 app.conf.update(

@@ -302,3 +302,19 @@ def test_sweep(target, seeder):
     assert "proj.old" in r.out and "expired" in r.out
     r = run_cli(target, "sweep")
     assert "expired to dead letters: 0" in r.out
+
+
+def test_scheduled_lists_delayed_tasks_soonest_first(target, seeder):
+    later = seeder.send("proj.later", countdown=600, queue="slow")
+    soon = seeder.send("proj.soon", args=(1,), countdown=60)
+    seeder.send("proj.now")  # due: not scheduled
+    r = run_cli(target, "scheduled")
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert lines[0].split() == ["ETA", "TASK", "TASK", "ID", "QUEUE", "PRIORITY"]
+    assert [line.split()[2:4] for line in lines[1:]] == [["proj.soon", soon], ["proj.later", later]]
+    r = run_cli(target, "scheduled", "--queue", "slow", "--json")
+    assert [j["task_id"] for j in json.loads(r.out)] == [later]
+    assert (
+        "no scheduled tasks in queue 'none'" in run_cli(target, "scheduled", "--queue", "none").out
+    )

@@ -1,0 +1,93 @@
+"""Durable revoke: Celery's revokes recorded by the broker, honoured after any restart.
+
+Celery revokes a task by a broadcast to the workers' pidbox queues; each worker keeps the
+id in memory (or in its ``--statedb`` file). A broker that holds ETA tasks for days must
+do better: a task due tomorrow, revoked today, must not run tomorrow because the workers
+restarted in between. So:
+
+* the revoke broadcast passes through this transport's publish, which also records the
+  revoke on the task's jobs still in the store (:meth:`Store.revoke`), in the broadcast's
+  own commit;
+* a claim returns such a job marked ``revoked``, and the transport adds its id to the
+  Celery worker's revoked list before delivering it: Celery discards it as revoked and
+  reports ``REVOKED`` to the result backend, as it does for a revoke it heard itself;
+* when a consumer blocks while taking a message (the solo pool runs the task right there,
+  gevent and eventlet too until it yields), the rest of the batch is checked again
+  before it is delivered, so a revoke that came meanwhile is not overtaken.
+
+``terminate=True`` keeps Celery's meaning: the broadcast still reaches the workers.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import logging
+import sys
+import time
+from collections import deque
+
+from kombu.serialization import loads
+
+from ..store import Delivery, Store
+
+logger = logging.getLogger("kombu_alkstore")
+#: A delivery the consumer took longer than this to accept ran in its thread (inline pool).
+SLOW_DELIVERY = 0.02
+#: The pidbox exchanges Celery's remote control broadcasts to end with this.
+PIDBOX_SUFFIX = ".pidbox"
+
+
+def revoked_task_ids(exchange: str, message: dict) -> list[str]:
+    """The task ids a Celery ``revoke`` broadcast names, or [] for any other message."""
+    if not exchange.endswith(PIDBOX_SUFFIX):
+        return []
+    try:
+        body = message.get("body")
+        if (message.get("properties") or {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        command = loads(
+            body,
+            message.get("content-type") or "application/json",
+            message.get("content-encoding") or "utf-8",
+            accept={"application/json"},
+        )
+    except Exception:  # not a JSON control message: nothing to record
+        return []
+    if not isinstance(command, dict) or command.get("method") != "revoke":
+        return []
+    ids = (command.get("arguments") or {}).get("task_id")
+    if isinstance(ids, str):
+        ids = [ids]
+    return [str(i) for i in ids or () if i]
+
+
+def tell_worker(task_id: str | None) -> None:
+    """Add ``task_id`` to this Celery worker's revoked list (no-op outside a worker)."""
+    state = sys.modules.get("celery.worker.state")
+    if state is not None and task_id:
+        state.revoked.add(task_id)
+
+
+def recheck_if_slow(store: Store, started: float, pending: deque[Delivery]) -> None:
+    """After a delivery that blocked since ``started``, mark the ``pending`` deliveries
+    whose task was revoked meanwhile (one read; nothing when the consumer was quick)."""
+    if not pending or time.monotonic() - started < SLOW_DELIVERY:
+        return
+    try:
+        marked = store.revoked_among([d.id for d in pending])
+    except Exception as exc:  # the claims and ids stand; the workers' own list still applies
+        logger.warning("alkstore: could not check revokes: %r", exc)
+        return
+    if marked:
+        for i, d in enumerate(pending):
+            if d.id in marked:
+                pending[i] = dataclasses.replace(d, revoked=True)
+
+
+def record(store: Store, exchange: str, message: dict) -> None:
+    """Record a revoke broadcast on the jobs it names (see the module docstring)."""
+    ids = revoked_task_ids(exchange, message)
+    if ids:
+        marked = store.revoke(ids)
+        logger.debug("alkstore: revoke of %s recorded on %d job(s)", ids, marked)

@@ -1,0 +1,89 @@
+"""Revoke on this broker: a revoke wins the race against a task queued behind busy work
+(the solo pool runs each task in the event loop, so the rest of a batch is checked again),
+and it is durable: a delayed task revoked before every worker restarted never runs and
+ends REVOKED in the result backend."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import uuid
+
+import pytest
+from celery.exceptions import TaskRevokedError
+
+from tests.helpers import kill_group, make_app, read_record, thread_worker, wait_for, worker_process
+
+REDIS = "redis://127.0.0.1:6379/{db}"
+
+
+def _redis_backend() -> str:
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS.format(db=0)).ping()
+    except redis.ConnectionError as exc:  # fail, never skip
+        pytest.fail(f"Redis is required for this test and is not reachable: {exc}")
+    return REDIS.format(db=11)
+
+
+def test_a_task_queued_behind_busy_work_is_revoked(target):
+    """Celery's own t/integration test_tasks.py::test_revoked, in a solo worker."""
+    app = make_app(target)
+
+    @app.task(shared=False)
+    def sleeping(seconds):
+        time.sleep(seconds)
+
+    @app.task(shared=False)
+    def add(x, y):
+        return x + y
+
+    with thread_worker(app, pool="solo", concurrency=1):
+        for _ in range(4):
+            sleeping.delay(1)
+        result = add.apply_async((1, 1))
+        result.revoke()
+        with pytest.raises(TaskRevokedError):
+            result.get(timeout=30)
+
+
+def test_revoke_marks_the_jobs_the_broker_holds(target):
+    app = make_app(target)
+    with app.connection_for_write() as conn:  # the tables
+        conn.ensure_connection()
+    soon = app.send_task("x.task", countdown=60)
+    other = app.send_task("x.task", countdown=60)
+    app.control.revoke(soon.id)
+    with target.open() as store:
+        assert store.get_job(soon.id).state == "pending"
+        marked = {j.msg_id for j in store.scheduled() if j.id in store.revoked_among([j.id])}
+    assert marked == {soon.id}
+    assert other.id not in marked
+
+
+def test_a_revoked_delayed_task_never_runs_after_every_worker_restarts(pg_target, tmp_path):
+    backend = _redis_backend()
+    opts = dict(pg_target.transport_options, polling_interval=1.0)
+    app = make_app(pg_target, transport_options=opts)
+    app.conf.result_backend = backend
+    env = {"ALKSTORE_TEST_OPTIONS": json.dumps(opts), "ALKSTORE_TEST_BACKEND": backend}
+    record = tmp_path / "record.tsv"
+    key = f"revoked-{uuid.uuid4().hex[:6]}"
+    args = ("-c", "2", "-P", "prefork")
+    with worker_process(pg_target, record, *args, "-n", "a@%h", **env) as a:
+        wait_for(lambda: app.control.inspect(timeout=1).ping(), 60, interval=0.5)
+        revoked = app.send_task("tests.apps.proj.mark", (key,), countdown=30)
+        kept = app.send_task("tests.apps.proj.mark", ("kept",), countdown=30)
+        revoked.revoke()
+        time.sleep(1.0)
+        kill_group(a, signal.SIGKILL)  # its revoked list (in memory) dies with it
+    eta = time.time() + 29
+    with worker_process(pg_target, record, *args, "-n", "b@%h", **env):
+        wait_for(lambda: kept.state == "SUCCESS", 60, interval=0.5)
+        wait_for(lambda: revoked.state == "REVOKED", max(eta - time.time(), 0) + 15)
+        time.sleep(1.0)
+    keys = [row[0] for row in read_record(record)]
+    assert "kept" in keys
+    assert key not in keys
