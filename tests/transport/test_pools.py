@@ -59,6 +59,8 @@ def test_pool(pool, pg_target, tmp_path):
                 if not -0.05 <= float(row[2]) - etas[row[0]] <= ETA_SLACK
             }
             assert late == {}, f"countdowns not run within {ETA_SLACK} s of their ETA"
+            lateness = [float(r[2]) - etas[r[0]] for r in _runs(record, "eta")]
+            print(f"{pool}: countdown lateness max {max(lateness):.3f} s")
 
             # Longer than its visibility timeout (3 s): holds its claim, so its ack lands
             # (a lapsed claim refuses the ack and the task runs again).
@@ -66,6 +68,7 @@ def test_pool(pool, pg_target, tmp_path):
             wait_for(lambda: _runs(record, "long"), 30, interval=0.1)
             with pg_target.open() as store:
                 wait_for(lambda: store.get_job(long.id) is None, 5, interval=0.1)
+            print(f"{pool}: 7.5 s task with a 3 s timeout ran {len(_runs(record, 'long'))}x")
 
             # Killed with -9 mid-backlog: nothing is lost.
             for i in range(12):
@@ -73,7 +76,9 @@ def test_pool(pool, pg_target, tmp_path):
             wait_for(lambda: len(_runs(record, "k")) >= 2, 30, interval=0.05)
             kill_group(worker, signal.SIGKILL)
         with worker_process(pg_target, record, *args, log=log, **env):
-            wait_for(lambda: {r[0] for r in _runs(record, "k")} >= {f"k{i}" for i in range(12)}, 60)
+            keys = {f"k{i}" for i in range(12)}
+            wait_for(lambda: {r[0] for r in _runs(record, "k")} >= keys, 60)
+        print(f"{pool}: after kill -9, {len({r[0] for r in _runs(record, 'k')})}/12 ran")
         with pg_target.open() as store:
             assert store.dead_list() == []
     except BaseException:
