@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
+import signal
 import shutil
 import socket
 import subprocess
@@ -32,17 +34,36 @@ def _as_postgres(args: list[str]) -> list[str]:
 
 
 class PrivateCluster:
-    def __init__(self) -> None:
+    def __init__(self, standby_of: PrivateCluster | None = None, *settings: str) -> None:
+        """A new cluster (``initdb``), or with ``standby_of`` a streaming standby of that
+        running primary (``pg_basebackup -R``). ``settings`` are ``name=value`` server
+        settings for every start."""
         self.dir = tempfile.mkdtemp(prefix="alkstore-pg-")
         self.data = os.path.join(self.dir, "data")
         self.port = _free_port()
+        self.settings = list(settings)
         if os.geteuid() == 0:
             shutil.chown(self.dir, "postgres", "postgres")
-        subprocess.run(
-            _as_postgres([_bin("initdb"), "-D", self.data, "-A", "trust", "-U", "postgres"]),
-            check=True,
-            capture_output=True,
-        )
+        if standby_of is None:
+            command = [_bin("initdb"), "-D", self.data, "-A", "trust", "-U", "postgres"]
+        else:
+            command = [
+                _bin("pg_basebackup"),
+                "-D",
+                self.data,
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(standby_of.port),
+                "-U",
+                "postgres",
+            ]
+        subprocess.run(_as_postgres(command), check=True, capture_output=True)
 
     @property
     def url(self) -> str:
@@ -50,6 +71,7 @@ class PrivateCluster:
 
     def start(self) -> None:
         opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        opts += "".join(f" -c {s}" for s in self.settings)
         subprocess.run(
             _as_postgres(
                 [
@@ -73,6 +95,25 @@ class PrivateCluster:
             _as_postgres([_bin("pg_ctl"), "-D", self.data, "-m", mode, "-w", "stop"]),
             capture_output=True,
         )
+
+    def promote(self) -> None:
+        """A standby becomes a primary (and accepts writes) once this returns."""
+        subprocess.run(
+            _as_postgres([_bin("pg_ctl"), "-D", self.data, "-w", "promote"]),
+            check=True,
+            capture_output=True,
+        )
+
+    def kill9(self) -> None:
+        """SIGKILL the postmaster and every backend: a crash, no shutdown checkpoint."""
+        with open(os.path.join(self.data, "postmaster.pid")) as f:
+            postmaster = int(f.readline())
+        children = subprocess.run(
+            ["pgrep", "-P", str(postmaster)], capture_output=True, text=True
+        ).stdout.split()
+        for pid in [postmaster, *map(int, children)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def terminate_backends(self) -> int:
         with psycopg.connect(self.url, autocommit=True) as conn:

@@ -190,8 +190,13 @@ class StoreURL:
 
     @property
     def conninfo(self) -> str:
-        """PostgreSQL: a libpq URI (password included) for psycopg."""
-        return self.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        """PostgreSQL: a libpq connection string (password included) for psycopg.
+
+        Several hosts (``postgresql://u@h1:5432,h2:5432/db`` or SQLAlchemy's
+        ``?host=h1:5432&host=h2:5432``) become libpq's comma-separated ``host`` and
+        ``port`` lists, so ``target_session_attrs=read-write`` fails over between them.
+        """
+        return postgres_conninfo(self.url)
 
     @property
     def path(self) -> str:
@@ -202,8 +207,55 @@ class StoreURL:
         return self.url.render_as_string(hide_password=True)
 
 
+def _hosts_to_query(url: str) -> str:
+    """``scheme://user@h1:p1,h2:p2/db?q`` (libpq's multi-host form, which SQLAlchemy's
+    parser refuses) as ``scheme://user@/db?host=h1:p1&host=h2:p2&q`` (SQLAlchemy's)."""
+    match = re.match(r"^([^:/]+://)(?:([^@/]*)@)?([^/?]*,[^/?]*)(/[^?]*)?(?:\?(.*))?$", url)
+    if not match:
+        return url
+    scheme, auth, hosts, path, query = match.groups()
+    extra = "&".join(f"host={h}" for h in hosts.split(",") if h)
+    query = f"{extra}&{query}" if query else extra
+    return f"{scheme}{auth + '@' if auth is not None else ''}{path or '/'}?{query}"
+
+
+def postgres_conninfo(url: URL) -> str:
+    """The libpq connection string for a PostgreSQL ``url`` (see ``StoreURL.conninfo``)."""
+    from psycopg.conninfo import make_conninfo
+
+    params: dict[str, Any] = {}
+    hosts = url.query.get("host")
+    if hosts is not None:
+        hosts = hosts if isinstance(hosts, tuple) else (hosts,)
+        names, ports = [], []
+        for entry in hosts:
+            name, _, port = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
+            names.append(name or entry)
+            ports.append(port)
+        params["host"] = ",".join(names)
+        if any(ports):
+            params["port"] = ",".join(p or str(url.port or 5432) for p in ports)
+    elif url.host:
+        params["host"] = url.host
+    if url.port and "port" not in params:
+        params["port"] = str(url.port)
+    if url.username:
+        params["user"] = url.username
+    if url.password is not None:
+        params["password"] = str(url.password)
+    if url.database:
+        params["dbname"] = url.database
+    for key, value in url.query.items():
+        if key != "host":
+            params[key] = value[-1] if isinstance(value, tuple) else value
+    return make_conninfo("", **params)
+
+
 def parse_store_url(url: str | URL) -> StoreURL:
-    """Parse ``postgresql://…`` or ``sqlite:///file.db`` (SQLAlchemy URL syntax)."""
+    """Parse ``postgresql://…`` or ``sqlite:///file.db`` (SQLAlchemy URL syntax; several
+    PostgreSQL hosts as libpq writes them, ``postgresql://u@h1:5432,h2:5432/db``)."""
+    if isinstance(url, str) and "," in url.split("?", 1)[0]:
+        url = _hosts_to_query(url)
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError, TypeError) as exc:
@@ -258,7 +310,7 @@ def _check_postgres_query(url: URL) -> None:
                 f"got {value!r}"
             )
     try:
-        conninfo.conninfo_to_dict(url.set(drivername="postgresql").render_as_string(False))
+        conninfo.conninfo_to_dict(postgres_conninfo(url))
     except Exception as exc:  # psycopg.ProgrammingError: libpq's own words
         raise ConfigurationError(
             f"bad database URL {url.render_as_string()!r}: {str(exc).strip()}"

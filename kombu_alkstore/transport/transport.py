@@ -99,6 +99,12 @@ class Transport(virtual.Transport):
         self._check_tref: Any = None
         self._last_change = time.monotonic()
 
+    def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
+        """The broker URL for display (Celery's banner, Flower): ``alkstore+`` and the
+        database URL, password masked unless asked for; several hosts are kept."""
+        url = parse_store_url(uri).url
+        return f"alkstore+{url.render_as_string(hide_password=not include_password)}"
+
     @staticmethod
     def _parse_url(hostname: str | None) -> StoreURL:
         if not hostname or "://" not in hostname:
