@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
-import signal
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
