@@ -39,13 +39,23 @@ WAIT_TIMEOUT = 30.0
 class AsyncSession:
     """One connection's statements in flight, answered through callbacks."""
 
-    def __init__(self, conn: psycopg.Connection, statements: Mapping[str, str]) -> None:
+    def __init__(
+        self, conn: psycopg.Connection, statements: Mapping[str, str], prepared: bool = True
+    ) -> None:
+        """``prepared=False`` (behind a transaction-mode pooler) sends each statement
+        unnamed, so no statement outlives the server session it was sent on."""
         self._conn = conn
         self._pg = conn.pgconn
         self._tx = Transformer(conn)
         self._names: dict[str, list[str]] = {}
+        self._queries: dict[str, bytes] = {}
+        self._prepared = prepared
         for key, sql in statements.items():
             query, names = positional(sql)
+            self._queries[key] = query
+            if not prepared:
+                self._names[key] = names
+                continue
             result = self._pg.prepare(key.encode(), query)
             if result.status != pq.ExecStatus.COMMAND_OK:
                 conn.close()
@@ -79,7 +89,12 @@ class AsyncSession:
             [params[n] for n in self._names[key]], [PyFormat.TEXT] * len(self._names[key])
         )
         try:
-            self._pg.send_query_prepared(key.encode(), values, self._tx.formats)
+            if self._prepared:
+                self._pg.send_query_prepared(key.encode(), values, self._tx.formats)
+            else:
+                self._pg.send_query_params(
+                    self._queries[key], values, param_formats=self._tx.formats
+                )
             self._pg.pipeline_sync()
             self._waiting.append(callback)
             while self._pg.flush():  # rare: the socket buffer is full; read meanwhile

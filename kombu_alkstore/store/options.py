@@ -48,9 +48,22 @@ class StoreOptions:
     busy_timeout: float = 30.0
     #: PostgreSQL: the largest number of pooled connections per store.
     pool_max_size: int = 4
+    #: PostgreSQL: the broker URL reaches the database through a transaction-mode pooler
+    #: (PgBouncer ``pool_mode = transaction``): no server-side prepared statements and no
+    #: session startup options (claims and acks then commit durably, a little slower).
+    #: ``LISTEN`` and the live-waiter lock need a session: see ``listen_url``.
+    transaction_pooler: bool = False
+    #: PostgreSQL: a direct URL (not through a transaction-mode pooler) for the
+    #: connections that need a session of their own: a worker's ``LISTEN`` connection,
+    #: which also holds the lock that marks its hand-off offers live. Empty: the broker URL.
+    listen_url: str = ""
 
     def __post_init__(self) -> None:
         validate_identifier(self.schema, "schema")
+        if self.listen_url and parse_store_url(self.listen_url).engine != "postgresql":
+            raise ConfigurationError(
+                f"option listen_url must be a PostgreSQL URL, got {self.listen_url!r}"
+            )
         _positive(self.visibility_timeout, "visibility_timeout")
         _positive(self.backoff_base, "backoff_base")
         _positive(self.busy_timeout, "busy_timeout")

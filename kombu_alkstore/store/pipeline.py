@@ -80,9 +80,13 @@ class PipelinedPublisher:
         connect: Callable[[], psycopg.Connection],
         sql: str,
         fallback: Callable[[list[dict[str, Any]]], Any],
+        prepared: bool = True,
     ) -> None:
         self._connect = connect
         self._sql, self._names = positional(sql)
+        #: False behind a transaction-mode pooler: unnamed statements, which need no
+        #: server session of their own.
+        self._prepared = prepared
         self._fallback = fallback
         self._lock = threading.Lock()
         self._conn: psycopg.Connection | None = None
@@ -157,8 +161,8 @@ class PipelinedPublisher:
         if self._conn is None or self._conn.closed:
             conn = self._connect()
             pg = conn.pgconn
-            result = pg.prepare(_STATEMENT, self._sql)
-            if result.status != pq.ExecStatus.COMMAND_OK:
+            result = pg.prepare(_STATEMENT, self._sql) if self._prepared else None
+            if result is not None and result.status != pq.ExecStatus.COMMAND_OK:
                 conn.close()
                 raise psycopg.OperationalError(
                     f"cannot prepare the publish statement: {result.get_error_message()}"
@@ -173,7 +177,10 @@ class PipelinedPublisher:
         for batch in batches:
             for params in batch:
                 values, formats = zip(*(_encode(params[n]) for n in self._names), strict=True)
-                pg.send_query_prepared(_STATEMENT, values, formats)
+                if self._prepared:
+                    pg.send_query_prepared(_STATEMENT, values, formats)
+                else:
+                    pg.send_query_params(self._sql, values, param_formats=formats)
             pg.pipeline_sync()
         while pg.flush():  # 1: more to send; read answers meanwhile so neither side stalls
             readable, _, _ = select.select([pg.socket], [pg.socket], [], 30.0)

@@ -36,7 +36,7 @@ from .base import (
     Waiter,
     Wakeup,
 )
-from .options import StoreOptions, StoreURL, check_text_params, validate_name
+from .options import StoreOptions, StoreURL, check_text_params, parse_store_url, validate_name
 from .pipeline import PipelinedPublisher
 from .schema import SCHEMA_VERSION, require_current
 
@@ -112,20 +112,32 @@ class PostgresStore(Store):
         # Claims, acks, heartbeats and sweeps commit without waiting for the WAL flush:
         # one lost in a database crash only makes its message deliverable again, which
         # at-least-once delivery already allows. Publishes stay durable unless
-        # ``durable_publish`` is off.
-        self._fast = self._new_pool("fast", {"options": "-c synchronous_commit=off"})
+        # ``durable_publish`` is off. (Not behind a transaction-mode pooler, which
+        # refuses session startup options: there every commit waits.)
+        self._fast = self._new_pool("fast", self._no_sync_commit())
         self._fast_keys = set(_FAST_KEYS)
         self._publisher: PipelinedPublisher | None = None
         self._publisher_lock = threading.Lock()
         if not options.durable_publish:
             self._fast_keys.add("insert")
 
+    def _no_sync_commit(self) -> dict[str, Any]:
+        """Connection options for commits that need not wait for the WAL flush."""
+        if self.options.transaction_pooler:
+            return {}
+        return {"options": "-c synchronous_commit=off"}
+
+    def _session_kwargs(self) -> dict[str, Any]:
+        """psycopg options every connection to the broker URL gets: behind a
+        transaction-mode pooler, no server-side prepared statements."""
+        return {"prepare_threshold": None} if self.options.transaction_pooler else {}
+
     def _new_pool(self, kind: str, kwargs: dict[str, Any]) -> ConnectionPool:
         return ConnectionPool(
             self.url.conninfo,
             min_size=0,  # connect on first use; idle connections are kept for reuse
             max_size=self.options.pool_max_size,
-            kwargs={"autocommit": True, **kwargs},
+            kwargs={"autocommit": True, **self._session_kwargs(), **kwargs},
             timeout=POOL_TIMEOUT,
             open=True,
             name=f"alkstore-{self.options.schema}-{kind}",
@@ -270,13 +282,15 @@ class PostgresStore(Store):
             return self._publisher or self._new_publisher()
 
     def _new_publisher(self) -> PipelinedPublisher:
-        extra = {} if self.options.durable_publish else {"options": "-c synchronous_commit=off"}
+        extra = {} if self.options.durable_publish else self._no_sync_commit()
+        extra.update(self._session_kwargs())
         self._publisher = PipelinedPublisher(
             lambda: psycopg.connect(
                 self.url.conninfo, autocommit=True, connect_timeout=10, **extra
             ),
             self._sql["insert"],
             self._insert_rows,
+            prepared=not self.options.transaction_pooler,
         )
         return self._publisher
 
@@ -297,7 +311,8 @@ class PostgresStore(Store):
             self.url.conninfo,
             autocommit=True,
             connect_timeout=10,
-            options="-c synchronous_commit=off",  # as the fast pool (see __init__)
+            **self._no_sync_commit(),  # as the fast pool (see __init__)
+            **self._session_kwargs(),
         )
         return AsyncClaims(self, conn)
 
@@ -488,7 +503,8 @@ class AsyncClaims(AsyncSession):
 
     def __init__(self, store: PostgresStore, conn: psycopg.Connection) -> None:
         keys = ("claim_one", "claim_any", "ack", "register")
-        super().__init__(conn, {k: store._sql[k] for k in keys})
+        prepared = not store.options.transaction_pooler
+        super().__init__(conn, {k: store._sql[k] for k in keys}, prepared=prepared)
         self._store = store
 
     def claim(
@@ -589,7 +605,9 @@ class PostgresWaiter(Waiter):
     """
 
     def __init__(self, store: PostgresStore) -> None:
-        self._conn = psycopg.connect(store.url.conninfo, autocommit=True)
+        direct = store.options.listen_url
+        conninfo = parse_store_url(direct).conninfo if direct else store.url.conninfo
+        self._conn = psycopg.connect(conninfo, autocommit=True)
         _waiters.add(self)
         self._store = store
         self._conn.execute(f'LISTEN "{store.channel}"')  # from a validated identifier

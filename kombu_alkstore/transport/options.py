@@ -89,6 +89,13 @@ def parse_transport_options(raw: dict[str, Any] | None) -> tuple[StoreOptions, T
         if raw.get(name) is not None:
             kwargs[name] = coerce_option(name, raw[name], 1.0 if default is None else default)
     transport = TransportOptions(**kwargs)
+    if store.transaction_pooler and not store.listen_url:
+        warnings.warn(
+            "kombu-alkstore: transaction_pooler is on without listen_url: LISTEN through a "
+            "transaction-mode pooler hears nothing, so workers wake only at the safety-net "
+            "poll and take no hand-offs; set listen_url to a direct database URL",
+            stacklevel=3,
+        )
     beat = transport.heartbeat_interval
     if beat is not None and beat >= store.visibility_timeout:
         raise ConfigurationError(
