@@ -48,6 +48,10 @@ class StoreOptions:
     busy_timeout: float = 30.0
     #: PostgreSQL: the largest number of pooled connections per store.
     pool_max_size: int = 4
+    #: PostgreSQL: seconds a pooled connection may stay unused before it is closed, so a
+    #: prefork child or a web process that published once does not hold a connection
+    #: for its lifetime (the next publish after that reconnects, a few milliseconds).
+    pool_max_idle: float = 30.0
     #: PostgreSQL: the broker URL reaches the database through a transaction-mode pooler
     #: (PgBouncer ``pool_mode = transaction``): no server-side prepared statements and no
     #: session startup options (claims and acks then commit durably, a little slower).
@@ -85,6 +89,7 @@ class StoreOptions:
             )
         if self.dead_letter_retention is not None:
             _positive(self.dead_letter_retention, "dead_letter_retention")
+        _positive(self.pool_max_idle, "pool_max_idle")
 
     @classmethod
     def names(cls) -> frozenset[str]:
@@ -261,6 +266,8 @@ def postgres_conninfo(url: URL) -> str:
     for key, value in url.query.items():
         if key != "host":
             params[key] = value[-1] if isinstance(value, tuple) else value
+    # Names our connections in pg_stat_activity (operators count them by it).
+    params.setdefault("application_name", "kombu-alkstore")
     return make_conninfo("", **params)
 
 

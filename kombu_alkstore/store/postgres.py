@@ -135,8 +135,9 @@ class PostgresStore(Store):
     def _new_pool(self, kind: str, kwargs: dict[str, Any]) -> ConnectionPool:
         return ConnectionPool(
             self.url.conninfo,
-            min_size=0,  # connect on first use; idle connections are kept for reuse
+            min_size=0,  # connect on first use; idle ones are closed after pool_max_idle
             max_size=self.options.pool_max_size,
+            max_idle=self.options.pool_max_idle,
             kwargs={"autocommit": True, **self._session_kwargs(), **kwargs},
             timeout=POOL_TIMEOUT,
             open=True,
@@ -358,15 +359,17 @@ class PostgresStore(Store):
         return self._ids("kill", {**self._arrays(held), "error": error})
 
     # --------------------------------------------------------------- maintenance
-    def sweep(self) -> SweepResult:
-        params = {
+    def _sweep_params(self) -> dict[str, Any]:
+        return {
             "retention": self.options.dead_letter_retention,
             "grace": self.options.queue_expiry_grace,
             "lockspace": self.lockspace,
         }
-        row = self._one("sweep", params)
+
+    def sweep(self) -> SweepResult:
+        row = self._one("sweep", self._sweep_params())
         assert row is not None
-        return SweepResult(row[0], row[1], tuple(row[2] or ()), row[3])
+        return _sweep_result(row)
 
     # -------------------------------------------------------------- reads, admin
     def counts(self, queues: Sequence[str] | None = None) -> list[QueueCounts]:
@@ -485,6 +488,10 @@ class PostgresStore(Store):
         return ident
 
 
+def _sweep_result(row: tuple) -> SweepResult:
+    return SweepResult(row[0], row[1], tuple(row[2] or ()), row[3])
+
+
 def _claim_key(queues: Sequence[str]) -> str:
     return "claim_one" if len(queues) == 1 else "claim_any"
 
@@ -502,7 +509,9 @@ class AsyncClaims(AsyncSession):
     from :meth:`on_readable` (see :mod:`.async_session` for the guarantees)."""
 
     def __init__(self, store: PostgresStore, conn: psycopg.Connection) -> None:
-        keys = ("claim_one", "claim_any", "ack", "register")
+        # Also the worker's slow timers (the safety-net poll, the sweep): on this
+        # connection, an idle worker needs no pooled one.
+        keys = ("claim_one", "claim_any", "ack", "register", "has_due", "touch_queues", "sweep")
         prepared = not store.options.transaction_pooler
         super().__init__(conn, {k: store._sql[k] for k in keys}, prepared=prepared)
         self._store = store
@@ -541,6 +550,28 @@ class AsyncClaims(AsyncSession):
             callback(landed)
 
         self.send("ack", PostgresStore._arrays(list(deliveries)), answered)
+
+    def has_due(
+        self, queues: Sequence[str], callback: Callable[[bool | BaseException], None]
+    ) -> None:
+        """:meth:`Store.has_due`, answered by ``callback``."""
+
+        def answered(rows: list[tuple] | BaseException) -> None:
+            callback(rows if isinstance(rows, BaseException) else bool(rows and rows[0][0]))
+
+        self.send("has_due", self._store._params({"queues": list(queues)}), answered)
+
+    def sweep(
+        self, queues: Sequence[str], callback: Callable[[SweepResult | BaseException], None]
+    ) -> None:
+        """Refresh ``queues`` (``touch_queues``), then :meth:`Store.sweep`, answered by
+        ``callback``."""
+        self.send("touch_queues", self._store._params({"names": list(queues)}), lambda _: None)
+
+        def answered(rows: list[tuple] | BaseException) -> None:
+            callback(rows if isinstance(rows, BaseException) else _sweep_result(rows[0]))
+
+        self.send("sweep", self._store._params(self._store._sweep_params()), answered)
 
     def register(
         self,

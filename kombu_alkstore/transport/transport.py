@@ -363,7 +363,19 @@ class Transport(virtual.Transport):
         """The slow re-poll behind the wake-ups: finds lapsed claims (which announce
         nothing) and anything a lost notification missed, with one read when idle."""
         queues = sorted(self._active_queues())
-        if queues and self.store is not None and self.store.has_due(queues):
+        if not queues or self.store is None:
+            return
+        if self.claims is not None:
+            self.claims.has_due(queues, self._due_answered)
+        elif self.store.has_due(queues):
+            self._poll_all()
+
+    def _due_answered(self, due: bool | BaseException) -> None:
+        if isinstance(due, psycopg.OperationalError):
+            return  # the claims in flight report the lost connection
+        if isinstance(due, BaseException):
+            raise due
+        if due:
             self._poll_all()
 
     def _poll_due(self) -> None:
@@ -447,8 +459,17 @@ class Transport(virtual.Transport):
         self._last_sweep = time.monotonic()
         if self.store is None:
             return
+        if self.claims is not None and self.acks.in_loop_thread():
+            self.claims.sweep(sorted(self._active_queues()), self._swept)
+            return
         self.store.touch_queues(sorted(self._active_queues()))
-        result = self.store.sweep()
+        self._swept(self.store.sweep())
+
+    def _swept(self, result: Any) -> None:
+        if isinstance(result, psycopg.OperationalError):
+            return  # the claims in flight report the lost connection
+        if isinstance(result, BaseException):
+            raise result
         if result.expired or result.dead_purged or result.queues_dropped or result.expired_dropped:
             logger.info("alkstore sweep: %s", result)
 

@@ -55,3 +55,11 @@ def suicide(key: str) -> None:
 def reject_me(key: str) -> None:
     record("reject", key)
     raise Reject("no thanks", requeue=False)
+
+
+@app.task
+def relay(key: str, n: int = 1) -> None:
+    """A task that publishes: ``n`` ``mark`` tasks (the connection footprint of tasks
+    that call ``.delay()``)."""
+    for i in range(n):
+        mark.delay(f"{key}-{i}")
