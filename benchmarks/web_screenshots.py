@@ -37,7 +37,6 @@ TOKEN = "screenshot"
 
 def seed(app, store, release: threading.Event) -> None:
     from celery_beat_alkstore import api
-
     from kombu_alkstore.store.admin import RatePoint
 
     @app.task(name="billing.charge_invoice", shared=False)
