@@ -668,9 +668,11 @@ def _handoff(payload: list) -> tuple[int, Delivery]:
     return chan, delivery
 
 
-# A queue that is not paused (see Store.pause_queue): claims, hand-offs and the due checks
-# skip a paused one; a probe of the small paused_queues table's primary key.
-_ACTIVE = "NOT EXISTS (SELECT 1 FROM {{paused_queues}} pq WHERE pq.queue = {queue})"
+# A queue that is not paused (see Store.pause_queue): claims and the due checks skip a
+# paused one. The paused names are read once per statement (an InitPlan over the small
+# paused_queues table); as an array this plans in a fraction of a NOT EXISTS anti-join's
+# time, which counts for statements planned at each execution (benchmarks/web_cost.py).
+_ACTIVE = "{queue} <> ALL(ARRAY(SELECT queue FROM {{paused_queues}}))"
 
 # The claim's candidates. "queue = %s" lets the planner walk the claim index in order and
 # stop at LIMIT; "queue = ANY(%s)" would gather and sort every due row, so several queues

@@ -7,6 +7,8 @@ method.
 
 from __future__ import annotations
 
+import hmac
+import re
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,6 +41,9 @@ from .queries import (
 )
 
 TEMPLATES = Path(__file__).with_name("templates")
+#: Where a form may send the browser back to: a path here ("//host" or "/\\host" would
+#: leave the site).
+SAFE_BACK = re.compile(r"^/(?![/\\])[\w\-./?=&%:+~]*$")
 PAGE_SIZE = 50
 PEEK_DEFAULT, PEEK_MAX = 20, 500
 
@@ -101,7 +106,7 @@ class Dashboard:
             where=f"{self.store.url.masked()} (schema {self.store.options.schema})",
             now=time.time(),
             urlencode=urlencode,
-            flash=request.query_params.get("flash"),
+            flash=self._flash(request),
         )
         html = self.env.get_template(template).render(**ctx)
         return HTMLResponse(html, status_code=status)
@@ -119,9 +124,22 @@ class Dashboard:
         return form, None
 
     def done(self, url: str, message: str) -> RedirectResponse:
+        """Redirect to ``url`` (after a POST) with ``message`` shown there, signed so a
+        link made elsewhere cannot put words on the dashboard."""
         self.sampler.poke()
         sep = "&" if "?" in url else "?"
-        return RedirectResponse(f"{url}{sep}{urlencode({'flash': message})}", status_code=303)
+        query = urlencode({"flash": message, "fs": self._sign(message)})
+        return RedirectResponse(f"{url}{sep}{query}", status_code=303)
+
+    def _sign(self, message: str) -> str:
+        return hmac.new(self.auth.secret, b"flash:" + message.encode(), "sha256").hexdigest()[:32]
+
+    def _flash(self, request: Request) -> str | None:
+        message = request.query_params.get("flash")
+        sig = request.query_params.get("fs") or ""
+        if message and hmac.compare_digest(sig, self._sign(message)):
+            return message
+        return None
 
     # ------------------------------------------------------------------- pages
     def overview(self, request: Request) -> Response:
@@ -278,7 +296,7 @@ class Dashboard:
         except (AlkstoreError, ValueError) as exc:
             return self.refuse(request, str(exc), 400)
         back = form.get("back") or "/dead"
-        if not back.startswith("/") or back.startswith("//"):
+        if not SAFE_BACK.match(back):  # only a path of this dashboard, never another site
             back = "/dead"
         if form.get("scope") == "matching":
             job = self.bulk.start(action, where, to if action == "requeue" else None)
