@@ -670,8 +670,8 @@ def _handoff(payload: list) -> tuple[int, Delivery]:
 
 # A queue that is not paused (see Store.pause_queue): claims and the due checks skip a
 # paused one. The paused names are read once per statement (an InitPlan over the small
-# paused_queues table); as an array this plans in a fraction of a NOT EXISTS anti-join's
-# time, which counts for statements planned at each execution (benchmarks/web_cost.py).
+# paused_queues table), which also plans faster than a NOT EXISTS anti-join
+# (benchmarks/web_cost.py times the claim with and without it).
 _ACTIVE = "{queue} <> ALL(ARRAY(SELECT queue FROM {{paused_queues}}))"
 
 # The claim's candidates. "queue = %s" lets the planner walk the claim index in order and
@@ -1105,6 +1105,19 @@ SELECT {_DEAD_READ} FROM {{dead}}
 WHERE {_DEAD_WHERE}
   AND (%(b_at)s::float8 IS NULL OR (died_at, id) < (%(b_at)s::float8, %(b_id)s::bigint))
 ORDER BY died_at DESC, id DESC LIMIT %(limit)s""",
+    "dead_search_window": f"""
+SELECT {_DEAD_READ} FROM (
+  SELECT * FROM {{dead}}
+  WHERE %(b_at)s::float8 IS NULL OR (died_at, id) < (%(b_at)s::float8, %(b_id)s::bigint)
+  ORDER BY died_at DESC, id DESC LIMIT %(scan)s
+) AS w
+WHERE {_DEAD_WHERE}
+ORDER BY died_at DESC, id DESC LIMIT %(limit)s""",
+    # The last row of a window, if any row follows it (else the search is complete).
+    "dead_window": """
+SELECT died_at, id FROM {dead}
+WHERE %(b_at)s::float8 IS NULL OR (died_at, id) < (%(b_at)s::float8, %(b_id)s::bigint)
+ORDER BY died_at DESC, id DESC OFFSET %(scan)s - 1 LIMIT 2""",
     "dead_count": f"""
 SELECT count(*) FROM (SELECT 1 FROM {{dead}} WHERE {_DEAD_WHERE} LIMIT %(cap)s) AS m""",
     "dead_ids": f"""

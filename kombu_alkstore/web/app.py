@@ -45,6 +45,8 @@ TEMPLATES = Path(__file__).with_name("templates")
 #: leave the site).
 SAFE_BACK = re.compile(r"^/(?![/\\])[\w\-./?=&%:+~]*$")
 PAGE_SIZE = 50
+#: Dead letters a page reads at most for a filter no index serves (task name, error text).
+SCAN_WINDOW = 100_000
 PEEK_DEFAULT, PEEK_MAX = 20, 500
 
 
@@ -188,11 +190,19 @@ class Dashboard:
                 cursor = (float(at), int(ident))
         except ValueError as exc:
             return self.refuse(request, f"bad filter: {exc}", 400)
-        jobs = self.store.dead_search(where, PAGE_SIZE + 1, cursor)
+        # A task or error filter has no index: read a window of the newest dead letters
+        # per page (bounded time), and offer the next window when it found too few.
+        scan = SCAN_WINDOW if (where.task or where.error) else None
+        jobs = self.store.dead_search(where, PAGE_SIZE + 1, cursor, scan)
         more = len(jobs) > PAGE_SIZE
         jobs = jobs[:PAGE_SIZE]
-        if cursor is None and not more:
-            count = len(jobs)  # the first page holds them all: no second scan
+        window_end = None
+        if scan is not None and not more:
+            window_end = self.store.dead_window(scan, cursor)
+        if cursor is None and not more and window_end is None:
+            count = len(jobs)  # the first page holds them all: no second read
+        elif scan is not None:
+            count = None  # counting would read every dead letter: the bulk action counts
         else:
             count = self.store.dead_count(where, COUNT_CAP + 1)
         query = filter_query(where)
@@ -200,6 +210,10 @@ class Dashboard:
         if more:
             last = jobs[-1]
             next_url = "/dead?" + urlencode({**query, "before": f"{last.died_at!r}:{last.id}"})
+        elif window_end is not None:
+            next_url = "/dead?" + urlencode(
+                {**query, "before": f"{window_end[0]!r}:{window_end[1]}"}
+            )
         return self.render(
             request,
             "dead.html",
@@ -207,9 +221,11 @@ class Dashboard:
             where=where,
             query=query,
             count=count,
-            capped=count > COUNT_CAP,
+            capped=count is not None and count > COUNT_CAP,
             cap=COUNT_CAP,
             next_url=next_url,
+            window=scan if window_end is not None else None,
+            window_end=window_end,
             queues=self.sampler.snapshot.queue_names(),
         )
 
