@@ -1,5 +1,6 @@
 """What pause/resume costs the hot path: the publish (``insert``) and claim (``claim_one``)
-statements timed with and without their paused-queue check, alternately, on one connection.
+statements timed with and without their paused-queue check, alternately, on one connection
+(PostgreSQL); and SQLite's claim+ack with and without its paused filter.
 
     python benchmarks/web_cost.py [--reps 10] [-n 1500]
 
@@ -65,10 +66,60 @@ def main() -> None:
                         res[name].append((time.perf_counter() - t) / args.n * 1e6)
                 w, wo = statistics.median(res["with"]), statistics.median(res["without"])
                 print(f"| {key} | {wo:.0f} µs | {w:.0f} µs | {w / wo:.3f} |")
+            # The server's own time for the claim (EXPLAIN ANALYZE of the generic plan the
+            # prepared statement runs), without the client and network noise above.
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+            server: dict[str, list[float]] = {"with": [], "without": []}
+            with_check, without = variants["claim_one"]
+            for rep in range(args.reps * 100):
+                order = [("with", with_check), ("without", without)]
+                if rep % 2:
+                    order.reverse()
+                for name, sql in order:
+                    rows = conn.execute(
+                        "EXPLAIN (ANALYZE, SUMMARY, TIMING OFF) " + sql, params["claim_one"]
+                    ).fetchall()
+                    line = next(r[0] for r in rows if r[0].startswith("Execution Time"))
+                    server[name].append(float(line.split(":")[1].split()[0]) * 1000)
+            w, wo = statistics.median(server["with"]), statistics.median(server["without"])
+            print(f"| claim_one, server execution | {wo:.0f} µs | {w:.0f} µs | +{w - wo:.0f} µs |")
+        sqlite_claims(args.reps, args.n)
     finally:
         store.close()
         with psycopg.connect(PG_URL, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def sqlite_claims(reps: int, n: int) -> None:
+    """SQLite: claim+ack of one job, with and without the paused filter in the claim's
+    three statements (probe, spent, pick)."""
+    import tempfile
+
+    from kombu_alkstore.store import sqlite as engine
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(f"sqlite:///{tmp}/cost.db", schema="cost")
+        active = engine._IN_ACTIVE.format(
+            paused_queues=store.tables.qualified(store.tables.paused_queues)
+        )
+        keys = ("claim_probe", "claim_pick", "take_spent")
+        with_check = {k: store._sql[k] for k in keys}
+        without = {k: v.replace(active, engine._IN_QUEUES) for k, v in with_check.items()}
+        res: dict[str, list[float]] = {"with": [], "without": []}
+        for rep in range(reps):
+            order = [("with", with_check), ("without", without)]
+            if rep % 2:
+                order.reverse()
+            for name, sql in order:
+                store._sql.update(sql)
+                store.enqueue_many([NewJob("q", b"x" * 200) for _ in range(n)])
+                t = time.perf_counter()
+                for _ in range(n):
+                    store.ack(store.claim(["q"], 1))
+                res[name].append((time.perf_counter() - t) / n * 1e6)
+        store.close()
+    w, wo = statistics.median(res["with"]), statistics.median(res["without"])
+    print(f"| SQLite claim+ack | {wo:.0f} µs | {w:.0f} µs | {w / wo:.3f} |")
 
 
 if __name__ == "__main__":
