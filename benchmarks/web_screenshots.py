@@ -11,6 +11,7 @@ access, and photographs each page with the system's headless Chromium (Playwrigh
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import socket
@@ -62,7 +63,7 @@ def seed(app, store, release: threading.Event) -> None:
         receipt.apply_async(args=(5000 + i,), kwargs={"to": f"user{i}@example.com"}, queue="mail")
     for i in range(12):
         receipt.apply_async(args=(6000 + i,), queue="mail", countdown=600 + i * 60, priority=5)
-    for i in range(8):
+    for _ in range(8):
         rollup.apply_async(queue="reports")
     for i in range(3):
         transcode.apply_async(args=(f"clip-{i}.mp4",), queue="media")
@@ -81,7 +82,7 @@ def seed(app, store, release: threading.Event) -> None:
     now = time.time() // 60 * 60
     points = []
     for m in range(60):
-        base = 60 + 40 * (1 + __import__("math").sin(m / 7))
+        base = 60 + 40 * (1 + math.sin(m / 7))
         pub = int(base + rnd.uniform(-10, 10))
         ack = int(base * 0.95 + rnd.uniform(-10, 10))
         points.append(RatePoint("billing", now - (59 - m) * 60, pub, ack))
@@ -152,7 +153,9 @@ def main() -> None:
                 ("consumers", "/consumers"),
             ]
             with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+                browser = pw.chromium.launch(
+                    executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
+                )
                 ctx = browser.new_context(
                     http_credentials={"username": "ops", "password": TOKEN},
                     viewport={"width": 1280, "height": 800},

@@ -622,12 +622,26 @@ class Store(abc.ABC):
         where: DeadFilter = ANY_DEAD,
         limit: int = 50,
         before: tuple[float, int] | None = None,
+        scan: int | None = None,
     ) -> list[Job]:
         """Dead letters matching ``where``, newest first; ``before`` = ``(died_at, id)``
-        of the last one of the previous page."""
+        of the last one of the previous page. With ``scan``, only the ``scan`` newest dead
+        letters (from ``before`` on) are looked at, so a filter no index serves (task name,
+        error text) reads a bounded number of rows; :meth:`dead_window` says where the next
+        window starts."""
         params = {**where.params(), "limit": int(limit)}
         params["b_at"], params["b_id"] = before if before else (None, None)
-        return [Job(*r) for r in self._all("dead_search", params)]
+        if scan is None:
+            return [Job(*r) for r in self._all("dead_search", params)]
+        params["scan"] = int(scan)
+        return [Job(*r) for r in self._all("dead_search_window", params)]
+
+    def dead_window(self, scan: int, before: tuple[float, int] | None = None) -> tuple | None:
+        """``(died_at, id)`` of the last of the ``scan`` newest dead letters from ``before``
+        on (the ``before`` of the next window), or None when no more remain after them."""
+        b_at, b_id = before if before else (None, None)
+        rows = self._all("dead_window", {"b_at": b_at, "b_id": b_id, "scan": int(scan)})
+        return (rows[0][0], rows[0][1]) if len(rows) == 2 else None
 
     def dead_count(self, where: DeadFilter = ANY_DEAD, cap: int | None = None) -> int:
         """How many dead letters match ``where`` (counting stops at ``cap`` when given)."""

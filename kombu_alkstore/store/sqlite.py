@@ -708,6 +708,17 @@ ORDER BY priority DESC, run_at, id LIMIT :limit""",
 SELECT {_DEAD_READ} FROM {{dead}}
 WHERE {_DEAD_WHERE} AND (:b_at IS NULL OR (died_at, id) < (:b_at, :b_id))
 ORDER BY died_at DESC, id DESC LIMIT :limit""",
+    "dead_search_window": f"""
+SELECT {_DEAD_READ} FROM (
+  SELECT * FROM {{dead}} WHERE :b_at IS NULL OR (died_at, id) < (:b_at, :b_id)
+  ORDER BY died_at DESC, id DESC LIMIT :scan
+)
+WHERE {_DEAD_WHERE}
+ORDER BY died_at DESC, id DESC LIMIT :limit""",
+    # The last row of a window, if any row follows it (else the search is complete).
+    "dead_window": """
+SELECT died_at, id FROM {dead} WHERE :b_at IS NULL OR (died_at, id) < (:b_at, :b_id)
+ORDER BY died_at DESC, id DESC LIMIT 2 OFFSET :scan - 1""",
     "dead_count": f"""
 SELECT count(*) FROM (SELECT 1 FROM {{dead}} WHERE {_DEAD_WHERE} LIMIT coalesce(:cap, -1))""",
     "dead_ids": f"""

@@ -7,6 +7,8 @@ method.
 
 from __future__ import annotations
 
+import hmac
+import re
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,7 +41,12 @@ from .queries import (
 )
 
 TEMPLATES = Path(__file__).with_name("templates")
+#: Where a form may send the browser back to: a path here ("//host" or "/\\host" would
+#: leave the site).
+SAFE_BACK = re.compile(r"^/(?![/\\])[\w\-./?=&%:+~]*$")
 PAGE_SIZE = 50
+#: Dead letters a page reads at most for a filter no index serves (task name, error text).
+SCAN_WINDOW = 100_000
 PEEK_DEFAULT, PEEK_MAX = 20, 500
 
 
@@ -101,7 +108,7 @@ class Dashboard:
             where=f"{self.store.url.masked()} (schema {self.store.options.schema})",
             now=time.time(),
             urlencode=urlencode,
-            flash=request.query_params.get("flash"),
+            flash=self._flash(request),
         )
         html = self.env.get_template(template).render(**ctx)
         return HTMLResponse(html, status_code=status)
@@ -119,9 +126,22 @@ class Dashboard:
         return form, None
 
     def done(self, url: str, message: str) -> RedirectResponse:
+        """Redirect to ``url`` (after a POST) with ``message`` shown there, signed so a
+        link made elsewhere cannot put words on the dashboard."""
         self.sampler.poke()
         sep = "&" if "?" in url else "?"
-        return RedirectResponse(f"{url}{sep}{urlencode({'flash': message})}", status_code=303)
+        query = urlencode({"flash": message, "fs": self._sign(message)})
+        return RedirectResponse(f"{url}{sep}{query}", status_code=303)
+
+    def _sign(self, message: str) -> str:
+        return hmac.new(self.auth.secret, b"flash:" + message.encode(), "sha256").hexdigest()[:32]
+
+    def _flash(self, request: Request) -> str | None:
+        message = request.query_params.get("flash")
+        sig = request.query_params.get("fs") or ""
+        if message and hmac.compare_digest(sig, self._sign(message)):
+            return message
+        return None
 
     # ------------------------------------------------------------------- pages
     def overview(self, request: Request) -> Response:
@@ -170,11 +190,19 @@ class Dashboard:
                 cursor = (float(at), int(ident))
         except ValueError as exc:
             return self.refuse(request, f"bad filter: {exc}", 400)
-        jobs = self.store.dead_search(where, PAGE_SIZE + 1, cursor)
+        # A task or error filter has no index: read a window of the newest dead letters
+        # per page (bounded time), and offer the next window when it found too few.
+        scan = SCAN_WINDOW if (where.task or where.error) else None
+        jobs = self.store.dead_search(where, PAGE_SIZE + 1, cursor, scan)
         more = len(jobs) > PAGE_SIZE
         jobs = jobs[:PAGE_SIZE]
-        if cursor is None and not more:
-            count = len(jobs)  # the first page holds them all: no second scan
+        window_end = None
+        if scan is not None and not more:
+            window_end = self.store.dead_window(scan, cursor)
+        if cursor is None and not more and window_end is None:
+            count = len(jobs)  # the first page holds them all: no second read
+        elif scan is not None:
+            count = None  # counting would read every dead letter: the bulk action counts
         else:
             count = self.store.dead_count(where, COUNT_CAP + 1)
         query = filter_query(where)
@@ -182,6 +210,10 @@ class Dashboard:
         if more:
             last = jobs[-1]
             next_url = "/dead?" + urlencode({**query, "before": f"{last.died_at!r}:{last.id}"})
+        elif window_end is not None:
+            next_url = "/dead?" + urlencode(
+                {**query, "before": f"{window_end[0]!r}:{window_end[1]}"}
+            )
         return self.render(
             request,
             "dead.html",
@@ -189,9 +221,11 @@ class Dashboard:
             where=where,
             query=query,
             count=count,
-            capped=count > COUNT_CAP,
+            capped=count is not None and count > COUNT_CAP,
             cap=COUNT_CAP,
             next_url=next_url,
+            window=scan if window_end is not None else None,
+            window_end=window_end,
             queues=self.sampler.snapshot.queue_names(),
         )
 
@@ -278,7 +312,7 @@ class Dashboard:
         except (AlkstoreError, ValueError) as exc:
             return self.refuse(request, str(exc), 400)
         back = form.get("back") or "/dead"
-        if not back.startswith("/") or back.startswith("//"):
+        if not SAFE_BACK.match(back):  # only a path of this dashboard, never another site
             back = "/dead"
         if form.get("scope") == "matching":
             job = self.bulk.start(action, where, to if action == "requeue" else None)

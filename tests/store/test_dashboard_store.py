@@ -228,3 +228,25 @@ def test_rate_counts_of_a_forked_child_are_its_own(sqlite_target):
     other = sqlite_target.open()
     assert {t.queue: t.published for t in other.rate_totals()} == {"a": 1, "b": 1}
     other.close()
+
+
+def test_dead_search_in_windows_reads_a_bounded_number_of_rows(target):
+    store = target.open()
+    ids = [_dead(store, "q", "tasks.a" if i % 4 == 0 else "tasks.b", "e") for i in range(10)]
+    newest_first = ids[::-1]
+    want = DeadFilter(task="tasks.a")
+    # The 3 newest dead letters (ids[9], ids[8], ids[7]) hold one tasks.a (ids[8]).
+    assert [j.id for j in store.dead_search(want, scan=3)] == [ids[8]]
+    end = store.dead_window(3)
+    assert end is not None and end[1] == newest_first[2]
+    # The next window starts after it; the windows together find every match.
+    found, before = [], None
+    while True:
+        found += [j.id for j in store.dead_search(want, before=before, scan=3)]
+        before = store.dead_window(3, before)
+        if before is None:
+            break
+    assert found == [ids[8], ids[4], ids[0]]
+    assert store.dead_window(10) is None  # nothing after the 10th
+    assert store.dead_window(9) is not None
+    store.close()

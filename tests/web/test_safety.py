@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.error
+import urllib.request
+from urllib.parse import urlencode
 
 from playwright.sync_api import expect
 from prometheus_client.parser import text_string_to_metric_families
@@ -179,3 +182,28 @@ def test_dashboard_on_sqlite_with_its_schema_prefix(sqlite_target):
         assert tables == [("s", tables[0][1])]
     finally:
         stop()
+
+
+def test_no_words_or_redirects_from_a_link(dashboard):
+    """A link made elsewhere can neither put a message on the dashboard nor make an action
+    send the browser to another site."""
+    status, html = dashboard.get("/?flash=Session+expired,+log+in+at+evil.example")
+    assert status == 200 and "evil.example" not in html
+    token = csrf_of(dashboard.get("/dead", basic())[1])
+    for back in ["//evil.example/x", "/\\evil.example", "https://evil.example"]:
+        req = {"csrf": token, "id": "1", "back": back}
+
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *args, **kwargs):
+                return None
+
+        opener = urllib.request.build_opener(NoRedirect)
+        r = urllib.request.Request(
+            dashboard.url + "/dead-action/purge", data=urlencode(req).encode(), headers=basic()
+        )
+        try:
+            opener.open(r, timeout=10)
+            raise AssertionError("expected a redirect")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 303
+            assert exc.headers["location"].startswith("/dead?"), exc.headers["location"]
