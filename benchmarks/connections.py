@@ -93,7 +93,7 @@ def main() -> None:
                 sampler.start()
                 for i in range(args.tasks // 5):
                     app.send_task("tests.apps.proj.relay", (f"r{i}", 5))
-                wait_for(lambda: len(read_record(record)) >= args.tasks, 300, interval=0.2)
+                wait_for(lambda r=record: len(read_record(r)) >= args.tasks, 300, interval=0.2)
                 stop.set()
                 sampler.join()
                 app.close()  # the measuring producer's own connections go
