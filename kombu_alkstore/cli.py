@@ -25,7 +25,7 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any, TextIO
@@ -259,12 +259,21 @@ def render_status(counts, args: argparse.Namespace, store) -> str:
     return f"{head}\n{body}"
 
 
-def cmd_dead_list(args: argparse.Namespace, out: TextIO) -> int:
+def list_jobs(
+    args: argparse.Namespace,
+    out: TextIO,
+    read: Callable[[Any], list],
+    what: str,
+    columns: list[tuple[str, Callable[[Any, dict[str, Any]], str]]],
+    order: str,
+    right: tuple[int, ...] = (),
+) -> int:
+    """One line per job ``read(store)`` returns (``--queue``, ``--limit``, ``--json``)."""
     if args.limit < 1:
         raise CLIError(f"--limit must be at least 1, got {args.limit}")
     store = open_cli_store(args)
     try:
-        jobs = store.dead_list(queue=args.queue, limit=args.limit)
+        jobs = read(store)
     finally:
         store.close()
     if args.json:
@@ -272,68 +281,65 @@ def cmd_dead_list(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     if not jobs:
         where = f" in queue {args.queue!r}" if args.queue else ""
-        out.write(f"no dead letters{where}\n")
+        out.write(f"no {what}{where}\n")
         return 0
     rows = []
     for j in jobs:
         d = decode(j.body)
-        rows.append(
-            [
-                str(j.id),
-                str(d.get("task_id") or j.msg_id or "-"),
-                str(d.get("task") or "-"),
-                j.queue,
-                f"{j.attempts}/{j.max_attempts}",
-                fmt_time(j.died_at),
-                one_line(j.last_error, 80),
-            ]
-        )
-    out.write(
-        table(
-            rows,
-            ["ID", "TASK ID", "TASK", "QUEUE", "ATTEMPTS", "DIED AT", "LAST ERROR"],
-            right=(0,),
-        )
-        + "\n"
-    )
+        rows.append([cell(j, d) for _, cell in columns])
+    out.write(table(rows, [name for name, _ in columns], right=right) + "\n")
     if len(jobs) == args.limit:
-        out.write(f"(first {args.limit}, newest first; use --limit to see more)\n")
+        out.write(f"(first {args.limit}, {order}; use --limit to see more)\n")
     return 0
+
+
+def _task_id(j: Any, d: dict[str, Any]) -> str:
+    return str(d.get("task_id") or j.msg_id or "-")
+
+
+def _task(j: Any, d: dict[str, Any]) -> str:
+    return str(d.get("task") or "-")
+
+
+def cmd_dead_list(args: argparse.Namespace, out: TextIO) -> int:
+    columns = [
+        ("ID", lambda j, d: str(j.id)),
+        ("TASK ID", _task_id),
+        ("TASK", _task),
+        ("QUEUE", lambda j, d: j.queue),
+        ("ATTEMPTS", lambda j, d: f"{j.attempts}/{j.max_attempts}"),
+        ("DIED AT", lambda j, d: fmt_time(j.died_at)),
+        ("LAST ERROR", lambda j, d: one_line(j.last_error, 80)),
+    ]
+    return list_jobs(
+        args,
+        out,
+        lambda store: store.dead_list(queue=args.queue, limit=args.limit),
+        "dead letters",
+        columns,
+        "newest first",
+        right=(0,),
+    )
 
 
 def cmd_scheduled(args: argparse.Namespace, out: TextIO) -> int:
     """Delayed tasks (ETA, countdown) held by the broker, soonest first: what
     ``celery inspect scheduled`` cannot list here, since workers do not hold them."""
-    if args.limit < 1:
-        raise CLIError(f"--limit must be at least 1, got {args.limit}")
-    store = open_cli_store(args)
-    try:
-        jobs = store.scheduled(queue=args.queue, limit=args.limit)
-    finally:
-        store.close()
-    if args.json:
-        out.write(json.dumps([job_dict(j) for j in jobs]) + "\n")
-        return 0
-    if not jobs:
-        where = f" in queue {args.queue!r}" if args.queue else ""
-        out.write(f"no scheduled tasks{where}\n")
-        return 0
-    rows = []
-    for j in jobs:
-        d = decode(j.body)
-        rows.append(
-            [
-                fmt_time(j.run_at),
-                str(d.get("task") or "-"),
-                str(d.get("task_id") or j.msg_id or "-"),
-                j.queue,
-                str(j.priority),
-            ]
-        )
-    out.write(table(rows, ["ETA", "TASK", "TASK ID", "QUEUE", "PRIORITY"]) + "\n")
-    if len(jobs) == args.limit:
-        out.write(f"(first {args.limit}, soonest first; use --limit to see more)\n")
-    return 0
+    columns = [
+        ("ETA", lambda j, d: fmt_time(j.run_at)),
+        ("TASK", _task),
+        ("TASK ID", _task_id),
+        ("QUEUE", lambda j, d: j.queue),
+        ("PRIORITY", lambda j, d: str(j.priority)),
+    ]
+    return list_jobs(
+        args,
+        out,
+        lambda store: store.scheduled(queue=args.queue, limit=args.limit),
+        "scheduled tasks",
+        columns,
+        "soonest first",
+    )
 
 
 def find_job(store, ident: str):
