@@ -51,7 +51,8 @@ class StoreOptions:
     #: PostgreSQL: seconds a pooled connection may stay unused before it is closed, so a
     #: prefork child or a web process that published once does not hold a connection
     #: for its lifetime (the next publish after that reconnects, a few milliseconds).
-    pool_max_idle: float = 30.0
+    #: The pool closes at most one connection per such period.
+    pool_max_idle: float = 10.0
     #: PostgreSQL: the broker URL reaches the database through a transaction-mode pooler
     #: (PgBouncer ``pool_mode = transaction``): no server-side prepared statements and no
     #: session startup options (claims and acks then commit durably, a little slower).
