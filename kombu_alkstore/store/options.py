@@ -65,10 +65,15 @@ class StoreOptions:
 
     def __post_init__(self) -> None:
         validate_identifier(self.schema, "schema")
-        if self.listen_url and parse_store_url(self.listen_url).engine != "postgresql":
-            raise ConfigurationError(
-                f"option listen_url must be a PostgreSQL URL, got {self.listen_url!r}"
-            )
+        if self.listen_url:
+            try:
+                engine = parse_store_url(self.listen_url).engine
+            except ConfigurationError:
+                engine = None
+            if engine != "postgresql":
+                raise ConfigurationError(
+                    f"option listen_url must be a PostgreSQL URL, got {self.listen_url!r}"
+                )
         _positive(self.visibility_timeout, "visibility_timeout")
         _positive(self.backoff_base, "backoff_base")
         _positive(self.busy_timeout, "busy_timeout")

@@ -31,14 +31,26 @@ def _history(target, tmp_path) -> None:
 
 def _history_round(target, tmp_path, vt: float) -> None:
     rec = tmp_path / "history.tsv"
-    opts = dict(target.transport_options, polling_interval=1.0, visibility_timeout=vt)
+    opts = dict(
+        target.transport_options, polling_interval=1.0, visibility_timeout=vt, backoff_base=0.2
+    )
     app = make_app(target, transport_options=opts)
     env = {"ALKSTORE_TEST_OPTIONS": json.dumps(opts), "ALKSTORE_TEST_ACKS_LATE": "1"}
     for i in range(20):
         app.send_task("tests.apps.proj.mark", (f"h{vt}-{i}", 0.2), countdown=i % 3)
     poison = app.send_task("tests.apps.proj.suicide", (f"p{vt}",))
-    with target.open() as store, worker_process(target, rec, "-c", "2", **env) as w:
-        wait_for(lambda: (store.get_job(poison.id) or poison).state == "dead", 90)
+    killed = tmp_path / "history-killed.log"
+    with target.open() as store, worker_process(target, rec, "-c", "2", log=killed, **env) as w:
+
+        def poison_dead() -> bool:
+            job = store.get_job(poison.id)
+            return job is not None and job.state == "dead"
+
+        try:
+            wait_for(poison_dead, 180)
+        except AssertionError:
+            print(killed.read_text()[-4000:])
+            raise
         kill_group(w, signal.SIGKILL)
     log = tmp_path / "history.log"
     threads = ("-c", "2", "-P", "threads", "-n", "sd@%h")
