@@ -5,8 +5,9 @@
 On a private cluster (its own pg_stat_activity), for each case: a ``celery worker``
 (prefork 8, prefork 16, threads 16) whose tasks publish (``relay`` tasks each calling
 ``mark.delay()`` 5 times), and a web-app-like process with 8 threads publishing. Prints
-the most connections seen while busy and the count once idle (after ``pool_max_idle`` and a margin): every client connection of
-the private cluster but the counter's and the measuring producer's own.
+the most connections seen while busy and the count once idle (after ``pool_max_idle``
+and a margin): every client connection of the private cluster but the counter's and the
+measuring producer's own.
 """
 
 from __future__ import annotations
