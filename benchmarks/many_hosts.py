@@ -14,6 +14,7 @@ RabbitMQ are printed at the end. Places are private (schema, vhost, Redis db 15)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -29,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.harness.brokers import make_place  # noqa: E402
 
-TASKS = '''
+TASKS = """
 import json, os, sys, time
 from celery import Celery
 import kombu_alkstore  # noqa: F401
@@ -69,7 +70,7 @@ if __name__ == "__main__":  # a publisher: mode, count, rate (per second; 0: fla
                 if delay > 0:
                     time.sleep(delay)
     print(time.time() - start, flush=True)
-'''
+"""
 
 
 def publishers(env: dict, workdir: Path, mode: str, count: int, rate: float) -> float:
@@ -78,7 +79,10 @@ def publishers(env: dict, workdir: Path, mode: str, count: int, rate: float) -> 
     procs = [
         subprocess.Popen(
             [sys.executable, str(workdir / "mh_tasks.py"), mode, str(count), str(rate)],
-            env=env, cwd=workdir, stdout=subprocess.PIPE, text=True,
+            env=env,
+            cwd=workdir,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for _ in range(4)
     ]
@@ -99,20 +103,52 @@ def run(broker: str, args, workdir: Path) -> dict:
     options = dict(place.options)
     if broker == "rabbitmq":
         options["confirm_publish"] = True
-    env = dict(os.environ, MH_BROKER=place.worker_url, MH_OPTIONS=json.dumps(options),
-               MH_RECORD=str(record), PYTHONPATH=f"{workdir}{os.pathsep}{ROOT}")
+    env = dict(
+        os.environ,
+        MH_BROKER=place.worker_url,
+        MH_OPTIONS=json.dumps(options),
+        MH_RECORD=str(record),
+        PYTHONPATH=f"{workdir}{os.pathsep}{ROOT}",
+    )
     workers: list[subprocess.Popen] = []
     try:
         if broker.startswith("alkstore"):  # the tables, before the clock starts
-            subprocess.run([sys.executable, "-c", "import mh_tasks; mh_tasks.app.connection()"
-                            ".ensure_connection(max_retries=3)"], env=env, cwd=workdir, check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "import mh_tasks; mh_tasks.app.connection().ensure_connection(max_retries=3)",
+                ],
+                env=env,
+                cwd=workdir,
+                check=True,
+            )
         publish_s = publishers(env, workdir, "noop", args.tasks // 4, 0)
         for n in range(4):
-            workers.append(subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "mh_tasks", "worker", "-P", "prefork",
-                 "-c", "2", "-n", f"mh{n}@%h", "--loglevel=WARNING"],
-                env=env, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                start_new_session=True))
+            workers.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "celery",
+                        "-A",
+                        "mh_tasks",
+                        "worker",
+                        "-P",
+                        "prefork",
+                        "-c",
+                        "2",
+                        "-n",
+                        f"mh{n}@%h",
+                        "--loglevel=WARNING",
+                    ],
+                    env=env,
+                    cwd=workdir,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
         deadline = time.time() + 600
         while len(records(record, "drain")) < args.tasks and time.time() < deadline:
             time.sleep(0.2)
@@ -132,10 +168,8 @@ def run(broker: str, args, workdir: Path) -> dict:
         }
     finally:
         for w in workers:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(w.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             w.wait(10)
         place.cleanup()
 
@@ -159,15 +193,19 @@ def main() -> None:
     ours = results.get("alkstore-postgresql")
     print(f"\n{'broker':22} {'publish/s':>10} {'drain/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
     for broker, r in results.items():
-        print(f"{broker:22} {r['publish/s']:>10.0f} {r['drain/s']:>9.0f} "
-              f"{r['p50 ms']:>8.1f} {r['p99 ms']:>8.1f}")
+        print(
+            f"{broker:22} {r['publish/s']:>10.0f} {r['drain/s']:>9.0f} "
+            f"{r['p50 ms']:>8.1f} {r['p99 ms']:>8.1f}"
+        )
     if ours:
         for other in ("redis", "rabbitmq"):
             if other in results:
                 o = results[other]
-                print(f"alkstore / {other}: publish {ours['publish/s'] / o['publish/s']:.2f}x, "
-                      f"drain {ours['drain/s'] / o['drain/s']:.2f}x, p99 latency "
-                      f"{ours['p99 ms'] / o['p99 ms']:.2f}x")
+                print(
+                    f"alkstore / {other}: publish {ours['publish/s'] / o['publish/s']:.2f}x, "
+                    f"drain {ours['drain/s'] / o['drain/s']:.2f}x, p99 latency "
+                    f"{ours['p99 ms'] / o['p99 ms']:.2f}x"
+                )
 
 
 if __name__ == "__main__":
