@@ -10,6 +10,7 @@ goes through kombu unchanged.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlparse
 
 from kombu import Connection
 
@@ -23,13 +24,30 @@ def _switch(self: Connection, conn_str: str) -> None:
     self.close()
     self.declared_entities.clear()
     self._closed = False
+    scheme = conn_str.split("://", 1)[0]
     params: dict[str, Any] = dict(self._initial_params)
-    params.update(transport="alkstore", hostname=conn_str[len(PREFIX) :])
+    # As kombu's own switch would: the URL's scheme and port (the scheme is an alias of
+    # this transport, see install), the whole database URL as the hostname.
+    params.update(transport=scheme, hostname=conn_str[len(PREFIX) :], port=_port(conn_str))
     self._init_params(**params)
     return None
 
 
+def _port(url: str) -> int | None:
+    try:
+        return urlparse(url).port
+    except ValueError:  # several hosts: no single port
+        return None
+
+
 def install() -> None:
-    """Make ``Connection.switch`` understand ``alkstore+`` URLs (idempotent)."""
+    """Make ``Connection.switch`` understand ``alkstore+`` URLs (idempotent), with every
+    ``alkstore+<driver>`` scheme an alias of this transport."""
+    from kombu.transport import TRANSPORT_ALIASES
+
+    from .store.options import POSTGRES_DRIVERS, SQLITE_DRIVERS
+
+    for driver in sorted(POSTGRES_DRIVERS | SQLITE_DRIVERS):
+        TRANSPORT_ALIASES.setdefault(PREFIX + driver, "kombu_alkstore.transport:Transport")
     if Connection.switch is not _switch:
         Connection.switch = _switch  # type: ignore[method-assign]
