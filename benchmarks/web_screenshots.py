@@ -88,7 +88,15 @@ def seed(app, store, release: threading.Event) -> None:
         points.append(RatePoint("billing", now - (59 - m) * 60, pub, ack))
         points.append(RatePoint("mail", now - (59 - m) * 60, pub // 3, pub // 3))
     store._write_rates(points)
-    api.schedule("nightly-rollup", "@every 1d", "reports.nightly_rollup", store=store)
+    api.schedule(
+        "nightly-rollup", "cron 30 2 * * * Europe/Paris", "reports.nightly_rollup", store=store
+    )
+    api.schedule(
+        "weekday-report",
+        "cron 0 9 * * mon-fri America/New_York",
+        "reports.nightly_rollup",
+        store=store,
+    )
     api.schedule("retry-sweeper", "@every 5m", "billing.charge_invoice", args=[0, 0], store=store)
     api.schedule("heartbeat", "@every 30s", "mail.send_receipt", args=[0], store=store)
     api.disable("retry-sweeper", store=store)

@@ -14,8 +14,18 @@ __all__ = ["Config", "Dashboard", "create_app", "serve"]
 
 
 def serve(store, config: Config, host: str = "127.0.0.1", port: int = 8080) -> None:
-    """Serve the dashboard over ``store`` until interrupted (uvicorn)."""
+    """Serve the dashboard over ``store`` until interrupted (uvicorn); every action is
+    logged to stderr (``kombu_alkstore.web.audit``)."""
+    import logging
+
     import uvicorn
+
+    audit = logging.getLogger("kombu_alkstore.web.audit")
+    if not audit.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s audit %(message)s"))
+        audit.addHandler(handler)
+        audit.setLevel(logging.INFO)
 
     app = create_app(store, config)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

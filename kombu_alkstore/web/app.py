@@ -8,6 +8,7 @@ method.
 from __future__ import annotations
 
 import hmac
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from .queries import (
     schedules,
 )
 
+#: Every action taken through the dashboard, with the client's address (INFO).
+audit = logging.getLogger("kombu_alkstore.web.audit")
 TEMPLATES = Path(__file__).with_name("templates")
 #: Where a form may send the browser back to: a path here ("//host" or "/\\host" would
 #: leave the site).
@@ -125,9 +128,11 @@ class Dashboard:
             return form, self.refuse(request, why, status)
         return form, None
 
-    def done(self, url: str, message: str) -> RedirectResponse:
+    def done(self, url: str, message: str, request: Request | None = None) -> RedirectResponse:
         """Redirect to ``url`` (after a POST) with ``message`` shown there, signed so a
-        link made elsewhere cannot put words on the dashboard."""
+        link made elsewhere cannot put words on the dashboard; the action is logged."""
+        client = request.client.host if request is not None and request.client else "?"
+        audit.info("%s: %s", client, message)
         self.sampler.poke()
         sep = "&" if "?" in url else "?"
         query = urlencode({"flash": message, "fs": self._sign(message)})
@@ -287,13 +292,13 @@ class Dashboard:
         url = "/queues/" + _quote(name)
         if action == "pause":
             self.store.pause_queue(name)
-            return self.done(url, f"queue {name} paused")
+            return self.done(url, f"queue {name} paused", request)
         if action == "resume":
             self.store.resume_queue(name)
-            return self.done(url, f"queue {name} resumed")
+            return self.done(url, f"queue {name} resumed", request)
         if action == "purge":
             n = self.store.purge(name)
-            return self.done(url, f"purged {n} pending messages")
+            return self.done(url, f"purged {n} pending messages of {name}", request)
         return self.refuse(request, f"unknown action {action!r}", 404)
 
     async def dead_action(self, request: Request) -> Response:
@@ -316,6 +321,8 @@ class Dashboard:
             back = "/dead"
         if form.get("scope") == "matching":
             job = self.bulk.start(action, where, to if action == "requeue" else None)
+            client = request.client.host if request.client else "?"
+            audit.info("%s: %s all matching %s (%d)", client, action, where, job.total)
             return RedirectResponse(f"/bulk/{job.id}", status_code=303)
         if not ids:
             return self.done(back, "nothing selected")
@@ -324,7 +331,7 @@ class Dashboard:
         dest = f" to {to}" if to and action == "requeue" else ""
         if back.startswith("/dead/"):
             back = "/dead"
-        return self.done(back, f"{verb} {n} dead letter{'s' if n != 1 else ''}{dest}")
+        return self.done(back, f"{verb} {n} dead letter{'s' if n != 1 else ''}{dest}", request)
 
     async def schedule_action(self, request: Request) -> Response:
         name, action = request.path_params["name"], request.path_params["action"]
@@ -339,7 +346,8 @@ class Dashboard:
             return self.refuse(request, str(exc), 501)
         except AlkstoreError as exc:
             return self.refuse(request, str(exc), 400)
-        return self.done("/schedules", f"schedule {name}: {action.replace('_', ' ')} done")
+        message = f"schedule {name}: {action.replace('_', ' ')} done"
+        return self.done("/schedules", message, request)
 
     # --------------------------------------------------------------------- app
     def app(self) -> Starlette:

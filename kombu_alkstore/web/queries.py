@@ -284,6 +284,8 @@ def schedules(store: Store) -> tuple[list[dict[str, Any]], set[str], str | None]
                 "args": json.dumps(getattr(s, "args", []), default=str),
                 "kwargs": json.dumps(getattr(s, "kwargs", {}), default=str),
                 "next": [t for t in upcoming if t is not None],
+                "next_local": [_in_zone(t, getattr(s, "tz", None)) for t in upcoming if t],
+                "run_requested": getattr(s, "run_requested", None),
                 "next_at": getattr(s, "next_at", None),
                 "overdue": (getattr(s, "next_at", None) or now) < now - 60,
                 "enabled": getattr(s, "enabled", True),
@@ -294,6 +296,19 @@ def schedules(store: Store) -> tuple[list[dict[str, Any]], set[str], str | None]
             }
         )
     return out, actions, None
+
+
+def _in_zone(ts: float, tz: str | None) -> str:
+    """``ts`` as wall time in the schedule's zone (UTC when unknown)."""
+    from datetime import datetime, timezone
+
+    zone: Any = timezone.utc
+    if tz:
+        with contextlib.suppress(Exception):
+            from zoneinfo import ZoneInfo
+
+            zone = ZoneInfo(tz)
+    return datetime.fromtimestamp(ts, zone).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 #: Names the beat API may give each action (the first found is used).

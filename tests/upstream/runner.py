@@ -87,43 +87,57 @@ def read_junit(path: Path, result: SuiteResult) -> None:
         result.outcomes[tid] = outcome
 
 
+class Running:
+    """A pytest subprocess started by :func:`start_pytest`; :meth:`finish` reads its result."""
+
+    def __init__(self, label: str, rundir: Path, args: list[str], env: dict[str, str]):
+        self.label = label
+        self.rundir = rundir
+        self.junit = rundir / f"junit-{label}.xml"
+        self.log = rundir / f"pytest-{label}.log"
+        cmd = [sys.executable, "-m", "pytest", *args, f"--junitxml={self.junit}"]
+        cmd += ["-o", "junit_family=xunit1"]
+        self.start = time.monotonic()
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen(
+                cmd, cwd=rundir, env=env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+
+    def finish(self, timeout: float) -> SuiteResult:
+        """Wait (at most ``timeout`` seconds from the start), end the process group, read
+        the JUnit report."""
+        result = SuiteResult(self.label, log=self.log)
+        try:
+            left = max(1.0, timeout - (time.monotonic() - self.start))
+            result.returncode = self.proc.wait(timeout=left)
+        except subprocess.TimeoutExpired:
+            result.returncode = None
+        finally:
+            self.stop()
+        result.seconds = time.monotonic() - self.start
+        if not self.junit.exists():
+            raise AssertionError(
+                f"{self.label}: pytest wrote no JUnit report (exit {result.returncode}, "
+                f"{'timed out' if result.returncode is None else 'ended'} after "
+                f"{result.seconds:.0f} s); log tail:\n{tail(self.log)}"
+            )
+        read_junit(self.junit, result)
+        return result
+
+    def stop(self) -> None:
+        _end_group(self.proc)
+
+
 def run_pytest(
-    label: str,
-    rundir: Path,
-    args: list[str],
-    env: dict[str, str],
-    timeout: float,
+    label: str, rundir: Path, args: list[str], env: dict[str, str], timeout: float
 ) -> SuiteResult:
     """``python -m pytest ARGS`` in ``rundir``; the process group is ended on any exit."""
-    junit = rundir / f"junit-{label}.xml"
-    log = rundir / f"pytest-{label}.log"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        *args,
-        f"--junitxml={junit}",
-        "-o",
-        "junit_family=xunit1",
-    ]
-    result = SuiteResult(label, log=log)
-    start = time.monotonic()
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            cmd, cwd=rundir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            result.returncode = proc.wait(timeout=timeout)
-        finally:
-            _end_group(proc)
-    result.seconds = time.monotonic() - start
-    if not junit.exists():
-        raise AssertionError(
-            f"{label}: pytest wrote no JUnit report (exit {result.returncode}); "
-            f"log tail:\n{tail(log)}"
-        )
-    read_junit(junit, result)
-    return result
+    running = Running(label, rundir, args, env)
+    try:
+        return running.finish(timeout)
+    finally:
+        running.stop()
 
 
 def _end_group(proc: subprocess.Popen) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.upstream import runner, sdists
-from tests.upstream.expectations import KOMBU_OPEN, read_list
+from tests.upstream.expectations import KOMBU_OPEN, may_pass, read_list
 
 HERE = Path(__file__).resolve().parent
 CLASSES = (
@@ -70,6 +70,10 @@ def run_kombu_classes(rundir: Path) -> runner.SuiteResult:
     return runner.run_pytest("kombu-alkstore", rundir, args, runner.base_env(), timeout=1200)
 
 
+#: The module's fixture runs the whole upstream suite (inside the first test's setup).
+pytestmark = pytest.mark.timeout(1500)
+
+
 @pytest.fixture(scope="module")
 def kombu_result(tmp_path_factory) -> runner.SuiteResult:
     result = run_kombu_classes(tmp_path_factory.mktemp("kombu-suite"))
@@ -117,7 +121,7 @@ def test_kombu_classes_pass(kombu_result):
     failed = {split_engine(t): kombu_result.messages.get(t, "") for t in kombu_result.failed}
     expected = read_list(KOMBU_OPEN)
     unexpected = {k: v for k, v in failed.items() if k not in expected}
-    fixed = sorted(k for k in expected if k not in failed)
+    fixed = sorted(k for k in expected if k not in failed and not may_pass(expected[k]))
     report = [kombu_result.summary()]
     report += [f"FAILED {t} [{e}]: {msg}" for (t, e), msg in sorted(unexpected.items())]
     report += [f"DID NOT FAIL (remove it from kombu_open.txt): {t} [{e}]" for t, e in fixed]

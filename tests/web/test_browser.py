@@ -99,11 +99,15 @@ def test_toggle_a_schedule_and_run_it_now(dashboard, page, pg_target):
     from celery_beat_alkstore import api
 
     store = dashboard.store
-    api.schedule("nightly", "@every 1h", "tasks.record", args=["<b>x</b>"], store=store)
+    api.schedule(
+        "nightly", "cron 30 7 * * * Europe/Paris", "tasks.record", args=["<b>x</b>"], store=store
+    )
     login(page, dashboard.url)
     page.goto(dashboard.url + "/schedules")
     row = page.locator('#schedules tr[data-name="nightly"]')
     expect(row.locator(".state")).to_have_text("enabled")
+    expect(row).to_contain_text("Europe/Paris")
+    expect(row).to_contain_text("07:30:00 CET")  # the next fires, in the schedule's zone
     expect(row).to_contain_text('["<b>x</b>"]')  # shown as text
     row.locator("button.disable").click()
     expect(page.locator("#flash")).to_contain_text("nightly: disable done")
@@ -113,7 +117,8 @@ def test_toggle_a_schedule_and_run_it_now(dashboard, page, pg_target):
     expect(row.locator(".state")).to_have_text("enabled")
     row.locator("button.run_now").click()
     expect(page.locator("#flash")).to_contain_text("nightly: run now done")
-    assert api.get_schedule("nightly", store=store).enabled is True
+    expect(row).to_contain_text("run requested")
+    assert api.get_schedule("nightly", store=store).run_requested is not None
 
 
 def test_requeue_all_matching_in_batches_with_progress(dashboard, page, monkeypatch):

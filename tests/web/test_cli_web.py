@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -59,7 +60,21 @@ def test_web_command_serves_the_dashboard_and_metrics(pg_target, tmp_path):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             text = r.read().decode()
         assert 'alkstore_queue_messages{queue="cliq",state="pending"} 1.0' in text
+        # An action with the token and the page's CSRF token is done and logged.
+        auth = {"Authorization": "Bearer s3cret"}
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/queues/cliq", headers=auth)
+        with urllib.request.urlopen(req, timeout=5) as r:
+            csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', r.read().decode()).group(1)
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/queues/cliq/pause",
+            data=f"csrf={csrf}".encode(),
+            headers=auth,
+        )
+        with urllib.request.urlopen(req, timeout=5) as r:
+            assert "paused since" in r.read().decode()
     finally:
         kill_group(proc)
         log.close()
-    assert "write access with the token" in (tmp_path / "web.log").read_text()
+    logged = (tmp_path / "web.log").read_text()
+    assert "write access with the token" in logged
+    assert "audit 127.0.0.1: queue cliq paused" in logged
