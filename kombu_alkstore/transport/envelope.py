@@ -35,7 +35,9 @@ def to_job(queue: str, message: dict[str, Any]) -> NewJob:
     headers = message.get("headers") or {}
     props = message.get("properties") or {}
     priority = props.get("priority")
-    expires = [_epoch(headers.get("expires"), "expires")]
+    # kombu's pidbox stamps broadcasts that want no reply with "expires": 0, meaning none
+    # (a revoke among them): only a real time expires a message.
+    expires = [_epoch(headers.get("expires") or None, "expires")]
     if props.get("expiration") not in (None, ""):
         try:
             expires.append(time.time() + float(props["expiration"]) / 1000.0)

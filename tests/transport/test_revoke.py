@@ -87,3 +87,23 @@ def test_a_revoked_delayed_task_never_runs_after_every_worker_restarts(pg_target
     keys = [row[0] for row in read_record(record)]
     assert "kept" in keys
     assert key not in keys
+
+
+@pytest.mark.parametrize("pool", ["threads", "prefork"])
+def test_the_revoke_broadcast_reaches_a_busy_worker(target, pool):
+    """kombu's pidbox stamps a broadcast that wants no reply with ``expires: 0``; read as
+    1970, it expired at once and the revoke never reached the worker."""
+    app = make_app(target)
+
+    @app.task(shared=False)
+    def sleeping(seconds):
+        time.sleep(seconds)
+
+    with thread_worker(app, pool=pool, concurrency=1):
+        sleeping.delay(1)
+        victim = app.send_task("x.never", countdown=60)
+        victim.revoke()
+        assert wait_for(
+            lambda: victim.id in sum((app.control.inspect(timeout=1).revoked() or {}).values(), []),
+            15,
+        )
