@@ -328,6 +328,9 @@ class Channel(virtual.Channel):
         again, self._claim_again = self._claim_again, False
         if isinstance(got, BaseException):
             raise got
+        if self.connection is None:  # answered after the channel closed: hand them back
+            hand_back(self.store, got)
+            return
         # The consumer may have gone while the claim was in flight: hand those back.
         consumed = set() if self.closed else set(self._active_queues)
         gone = [d for d in got if d.queue not in consumed]
