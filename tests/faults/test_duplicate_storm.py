@@ -40,7 +40,10 @@ def _history_round(target, tmp_path, vt: float) -> None:
         app.send_task("tests.apps.proj.mark", (f"h{vt}-{i}", 0.2), countdown=i % 3)
     poison = app.send_task("tests.apps.proj.suicide", (f"p{vt}",))
     killed = tmp_path / "history-killed.log"
-    with target.open() as store, worker_process(target, rec, "-c", "2", log=killed, **env) as w:
+    # A node name of its own: a queue of a previous round's node (same name) may still
+    # hold that round's shutdown broadcast, as it would on any broker.
+    node = ("-c", "2", "-n", f"k{vt}@%h")
+    with target.open() as store, worker_process(target, rec, *node, log=killed, **env) as w:
 
         def poison_dead() -> bool:
             job = store.get_job(poison.id)
@@ -53,7 +56,7 @@ def _history_round(target, tmp_path, vt: float) -> None:
             raise
         kill_group(w, signal.SIGKILL)
     log = tmp_path / "history.log"
-    threads = ("-c", "2", "-P", "threads", "-n", "sd@%h")
+    threads = ("-c", "2", "-P", "threads", "-n", f"sd{vt}@%h")
     with worker_process(target, rec, *threads, log=log, **env) as w:
         done = {f"h{vt}-{i}" for i in range(20)}
         wait_for(lambda: done <= {r[0] for r in read_record(rec)}, 90)
