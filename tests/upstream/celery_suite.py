@@ -197,7 +197,13 @@ def drop_schema(schema: str) -> None:
 
 
 def environment_summary() -> dict[str, str]:
-    from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
     names = ("celery", "kombu", "psycopg", "redis", "pytest", "pytest-rerunfailures")
-    return {name: version(name) for name in names} | {"pid": str(os.getpid())}
+    found = {}
+    for name in names:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:  # reported, not required
+            found[name] = "not installed"
+    return found | {"pid": str(os.getpid())}
