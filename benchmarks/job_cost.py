@@ -32,9 +32,10 @@ def server_cpu(data_dir: str) -> float:
     """CPU seconds used so far by the postmaster and its children."""
     with open(os.path.join(data_dir, "postmaster.pid")) as f:
         postmaster = f.readline().strip()
-    pids = [postmaster, *subprocess.run(
-        ["pgrep", "-P", postmaster], capture_output=True, text=True
-    ).stdout.split()]
+    pids = [
+        postmaster,
+        *subprocess.run(["pgrep", "-P", postmaster], capture_output=True, text=True).stdout.split(),
+    ]
     total = 0.0
     for pid in pids:
         try:
@@ -77,10 +78,14 @@ def main() -> None:
     n = args.jobs
     print(f"jobs {n}, claim batch {args.batch}, body {len(body)} bytes, {t2 - t0:.1f} s")
     print(f"statements per job: {statements / n:.2f} (1 publish, claim+ack per batch)")
-    print(f"WAL bytes per job: publish {wal[0] / n:.0f}, claim+ack {wal[1] / n:.0f}, "
-          f"total {(wal[0] + wal[1]) / n:.0f}")
-    print(f"server CPU per job: publish {1e6 * (cpu1 - cpu0) / n:.0f} us, claim+ack "
-          f"{1e6 * (cpu2 - cpu1) / n:.0f} us, total {1e6 * (cpu2 - cpu0) / n:.0f} us")
+    print(
+        f"WAL bytes per job: publish {wal[0] / n:.0f}, claim+ack {wal[1] / n:.0f}, "
+        f"total {(wal[0] + wal[1]) / n:.0f}"
+    )
+    print(
+        f"server CPU per job: publish {1e6 * (cpu1 - cpu0) / n:.0f} us, claim+ack "
+        f"{1e6 * (cpu2 - cpu1) / n:.0f} us, total {1e6 * (cpu2 - cpu0) / n:.0f} us"
+    )
 
 
 if __name__ == "__main__":
