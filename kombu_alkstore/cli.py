@@ -293,6 +293,13 @@ def list_jobs(
     return 0
 
 
+def add_listing_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a job listing (see :func:`list_jobs`)."""
+    parser.add_argument("--queue", metavar="Q", help="only this queue")
+    parser.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (default 50)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
 def _task_id(j: Any, d: dict[str, Any]) -> str:
     return str(d.get("task_id") or j.msg_id or "-")
 
@@ -667,9 +674,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="delayed tasks (ETA, countdown) the broker holds, soonest first",
     )
-    p.add_argument("--queue", metavar="Q", help="only this queue")
-    p.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (default 50)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_listing_options(p)
     p.set_defaults(func=cmd_scheduled)
 
     dead = sub.add_parser("dead", help="dead letters: list, show, requeue, purge")
@@ -677,9 +682,7 @@ def build_parser() -> argparse.ArgumentParser:
     dsub.required = True
 
     p = dsub.add_parser("list", parents=[common], help="one line per dead letter, newest first")
-    p.add_argument("--queue", metavar="Q", help="only this queue")
-    p.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (default 50)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_listing_options(p)
     p.set_defaults(func=cmd_dead_list)
 
     p = dsub.add_parser(

@@ -370,12 +370,18 @@ class Transport(virtual.Transport):
         elif self.store.has_due(queues):
             self._poll_all()
 
+    @staticmethod
+    def _usable(answer: Any) -> bool:
+        """Whether an answer from the claims connection is one to act on: not after a
+        lost connection (the claims in flight report it); any other error raises."""
+        if isinstance(answer, psycopg.OperationalError):
+            return False
+        if isinstance(answer, BaseException):
+            raise answer
+        return True
+
     def _due_answered(self, due: bool | BaseException) -> None:
-        if isinstance(due, psycopg.OperationalError):
-            return  # the claims in flight report the lost connection
-        if isinstance(due, BaseException):
-            raise due
-        if due:
+        if self._usable(due) and due:
             self._poll_all()
 
     def _poll_due(self) -> None:
@@ -466,10 +472,8 @@ class Transport(virtual.Transport):
         self._swept(self.store.sweep())
 
     def _swept(self, result: Any) -> None:
-        if isinstance(result, psycopg.OperationalError):
-            return  # the claims in flight report the lost connection
-        if isinstance(result, BaseException):
-            raise result
+        if not self._usable(result):
+            return
         if result.expired or result.dead_purged or result.queues_dropped or result.expired_dropped:
             logger.info("alkstore sweep: %s", result)
 
