@@ -15,18 +15,113 @@ import abc
 import contextvars
 import math
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, StoreUnavailable
 from .admin import ANY_DEAD, TOTAL_MINUTE, ClaimStat, DeadFilter, RatePoint, RateTally
 from .backoff import backoff_delay
 from .options import StoreOptions, StoreURL, validate_name
 from .schema import build_tables, ddl_statements
 
 EXCHANGE_TYPES = ("direct", "topic", "fanout")
+
+#: A row as the engines return it: a mapping by column name.
+Row = Mapping[str, Any]
+
+#: The statements the base class runs by name: every engine's ``.sql`` defines them
+#: (checked when a store opens, see :func:`.sqlfile.load_queries`).
+STATEMENTS = frozenset(
+    [
+        "size",
+        "revoke",
+        "revoked_among",
+        "scheduled",
+        "dead_explain",
+        "get_job_by_id",
+        "get_job_by_msg",
+        "purge",
+        "queue_pause",
+        "queue_resume",
+        "paused_list",
+        "peek",
+        "dead_search",
+        "dead_search_window",
+        "dead_window",
+        "dead_count",
+        "dead_ids",
+        "claim_stats",
+        "rates_since",
+        "rates_totals",
+        "rates_trim",
+        "exchange_type",
+        "bindings",
+        "routing_version",
+        "queue_declare",
+        "queue_exists",
+        "lease_acquire",
+        "lease_release",
+        "lease_holder",
+        "schedule_upsert",
+        "schedule_delete",
+        "schedule_list",
+        "schedule_get",
+        "schedule_clock",
+        "schedule_run_now",
+        "schedule_disable",
+        "schedule_enable",
+        "schedule_due",
+        "schedule_advance",
+        "schedule_skip",
+        "schedule_ran_now",
+        "schedule_failed",
+    ]
+)
+
+#: The maintenance jobs, in the order one round runs them (see :meth:`Store.maintain`
+#: and :mod:`kombu_alkstore.maintenance`).
+MAINTENANCE_JOBS = ("expire", "lapsed", "retention", "dead_offers", "expired_queues")
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What an engine can do beyond the common interface.
+
+    Callers branch on these, never on the engine's name; the conformance suite runs every
+    capability's tests and skips only those an engine declares it lacks.
+    """
+
+    #: Its waiter has a socket to select on (:meth:`Waiter.fileno`) and its wake-ups
+    #: carry due times; without it a consumer polls for changes.
+    listener: bool = False
+    #: Publishers hand due jobs to idle consumers' offers (:meth:`ClaimSession.register`,
+    #: :attr:`Wakeup.handoffs`); needs :attr:`session`.
+    handoff: bool = False
+    #: :meth:`Store.session` gives a :class:`ClaimSession`: claims and acks that do not
+    #: block an event loop.
+    session: bool = False
+    #: :meth:`Store.publish` may return before the commit is confirmed
+    #: (``confirm_publish`` off: pipelined).
+    pipelined_publish: bool = False
+    #: Declarations (exchanges, bindings, queues) commit on their own inside a caller's
+    #: transaction (``bound_connection``). SQLite cannot: the caller holds the only write
+    #: lock, so there they join the caller's transaction.
+    declare_outside_transaction: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceResult:
+    """What one maintenance job did: the rows it moved or deleted (``count``), the
+    expired jobs of transient queues it dropped (``dropped``, job ``expire``) and the
+    queues it dropped (``queues``, job ``expired_queues``)."""
+
+    job: str
+    count: int = 0
+    dropped: int = 0
+    queues: tuple[str, ...] = ()
+
 
 #: The caller's open connection for transactional publish (see ``bound_connection``).
 AMBIENT: contextvars.ContextVar[Any] = contextvars.ContextVar("alkstore_ambient", default=None)
@@ -215,9 +310,89 @@ class Waiter(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
+    @property
+    def address(self) -> int | None:
+        """Where publishers hand jobs to this waiter's offers (engines with hand-off:
+        see :meth:`ClaimSession.register`); None otherwise."""
+        return None
+
     def retire(self) -> list[tuple[int, Delivery]]:
         """Withdraw this waiter's hand-off offers; return hand-offs that arrived meanwhile."""
         return []
+
+
+#: Called with a statement's outcome, or with the exception it raised.
+Answer = Callable[[Any], None]
+
+
+class ClaimSession(abc.ABC):
+    """Claims, acks and a worker's slow timers on one connection, sent without waiting
+    and answered by callback from :meth:`on_readable` (engines with the ``session``
+    capability).
+
+    Each request is its own transaction, run in send order; every callback is called
+    exactly once, with the outcome or with the exception (one of the store's
+    ``connection_errors`` when the connection was lost: the effect is then unknown,
+    which at-least-once delivery allows). Not thread-safe: one thread (an event loop's)
+    sends and reads.
+    """
+
+    @abc.abstractmethod
+    def fileno(self) -> int:
+        """The socket to register with the event loop as a reader."""
+
+    @abc.abstractmethod
+    def on_readable(self) -> None:
+        """Read what arrived; run the callbacks of the answered requests."""
+
+    @abc.abstractmethod
+    def in_flight(self) -> int:
+        """Requests sent and not answered yet."""
+
+    @abc.abstractmethod
+    def wait(self) -> None:
+        """Block until every request in flight is answered (at close)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close the connection; the callbacks still waiting get the error."""
+
+    @abc.abstractmethod
+    def claim(
+        self,
+        queues: Sequence[str],
+        limit: int,
+        callback: Callable[[list[Delivery] | BaseException, bool], None],
+    ) -> None:
+        """:meth:`Store.claim` in one statement: ``callback(deliveries, more)`` where
+        ``more`` says spent jobs took places (more may be due)."""
+
+    @abc.abstractmethod
+    def ack(self, deliveries: Sequence[Delivery], callback: Answer) -> None:
+        """:meth:`Store.ack`: ``callback`` gets the set of ids whose ack landed."""
+
+    @abc.abstractmethod
+    def has_due(self, queues: Sequence[str], callback: Answer) -> None:
+        """:meth:`Store.has_due`: ``callback`` gets a bool."""
+
+    @abc.abstractmethod
+    def touch_queues(self, queues: Sequence[str], callback: Answer) -> None:
+        """:meth:`Store.touch_queues`: ``callback`` gets None."""
+
+    @abc.abstractmethod
+    def register(
+        self, address: int, chan: int, queues: Sequence[str], slots: int, callback: Answer
+    ) -> None:
+        """Offer ``slots`` of channel ``chan`` of the waiter at ``address`` to publishers
+        of ``queues`` (hand-off); no queues withdraws it. ``callback`` gets None."""
+
+    @abc.abstractmethod
+    def lease_acquire(self, name: str, owner: str, ttl: float, callback: Answer) -> None:
+        """:meth:`Store.lease_acquire`: ``callback`` gets a bool."""
+
+    @abc.abstractmethod
+    def maintain(self, job: str, callback: Answer) -> None:
+        """:meth:`Store.maintain`: ``callback`` gets a :class:`MaintenanceResult`."""
 
 
 def _is_number(value: Any) -> bool:
@@ -270,9 +445,10 @@ class ScheduleRow:
     run_requested: float | None = None
 
     @classmethod
-    def from_db(cls, r: Sequence[Any]) -> ScheduleRow:
-        """A row of the ``schedule_list`` columns (SQLite returns ``enabled`` as 0/1)."""
-        return cls(*r[:11], bool(r[11]), *r[12:])
+    def from_row(cls, r: Mapping[str, Any]) -> ScheduleRow:
+        """A row of the ``schedule_list`` columns, by name (SQLite returns ``enabled``
+        as 0/1)."""
+        return cls(**{**r, "enabled": bool(r["enabled"])})
 
 
 #: The columns an upsert writes (the lifecycle columns are the beat's and the CLI's).
@@ -294,13 +470,13 @@ class ScheduleTick:
     def clock(self) -> float:
         """The database's clock (epoch seconds): "due" is measured against it."""
         clock = self.conn.execute(self.sql["schedule_clock"], {"now": time.time()})
-        return float(clock.fetchone()[0])
+        return float(clock.fetchone()["now"])
 
     def due(self, now: float) -> list[ScheduleRow]:
         """Enabled schedules with ``next_at <= now`` and any with a pending run-now,
         locked for this transaction (rows another ticker holds are skipped)."""
         rows = self._run("schedule_due", {"now": now}).fetchall()
-        return [ScheduleRow.from_db(r) for r in rows]
+        return [ScheduleRow.from_row(r) for r in rows]
 
     def advance(self, name: str, prev: float, new: float, now: float | None = None) -> bool:
         """Boundary ``prev`` fired: ``next_at`` becomes ``new``, the run is counted at
@@ -336,14 +512,28 @@ class ScheduleTick:
 
 
 class Store(abc.ABC):
-    """Queue tables on one database. Thread-safe; one instance per process is enough."""
+    """Queue tables on one database. Thread-safe; one instance per process is enough.
 
+    An engine is a package under ``store/`` (``postgres/``, ``sqlite/``) implementing the
+    abstract methods, with its SQL in ``.sql`` files defining at least
+    :data:`STATEMENTS`. Callers learn what it can do from :attr:`capabilities` and which
+    exceptions mean a lost database from :attr:`connection_errors`; none of them tests
+    the engine's name or imports its driver.
+    """
+
+    #: The engine's name, for display (``postgresql``, ``sqlite``); never to branch on.
     engine: str
+    capabilities: Capabilities
+    #: The driver's exceptions that mean the database was lost or unreachable (the
+    #: transport's ``connection_errors``; kombu reconnects on them).
+    connection_errors: tuple[type[BaseException], ...] = (StoreUnavailable,)
 
     def __init__(self, url: StoreURL, options: StoreOptions) -> None:
         self.url = url
         self.options = options
         self.tables = build_tables(options.schema, self.engine)
+        #: Each table's name as written in SQL: the ``{jobs}``… slots of the ``.sql`` files.
+        self.names = self.tables.names()
         #: Publishes and acks per queue, for the dashboard's rates (see ``RateTally``).
         self.rates_tally = RateTally(self._write_rates, self.trim_rates)
 
@@ -371,17 +561,28 @@ class Store(abc.ABC):
         self.close()
 
     # ------------------------------------------------------------ statements
+    # Engines run their named statements (``.sql`` files, see :mod:`.sqlfile`) here;
+    # every row comes back as a mapping by column name.
     @abc.abstractmethod
-    def _all(self, key: str, params: dict[str, Any] | None = None) -> list[tuple]:
+    def _all(self, key: str, params: dict[str, Any] | None = None) -> list[Row]:
         """Run the engine's statement ``key``; all rows."""
 
     @abc.abstractmethod
-    def _one(self, key: str, params: dict[str, Any] | None = None) -> tuple | None:
+    def _one(self, key: str, params: dict[str, Any] | None = None) -> Row | None:
         """Run the engine's statement ``key``; the first row or None."""
 
     @abc.abstractmethod
     def _run(self, key: str, params: dict[str, Any] | None = None) -> int:
         """Run the engine's statement ``key``; the row count."""
+
+    def _value(self, key: str, params: dict[str, Any] | None = None) -> Any:
+        """The single column of the first row of statement ``key``, or None."""
+        row = self._one(key, params)
+        return None if row is None else next(iter(row.values()))
+
+    def _column(self, key: str, params: dict[str, Any] | None = None) -> list[Any]:
+        """The single column of every row of statement ``key``."""
+        return [next(iter(r.values())) for r in self._all(key, params)]
 
     @staticmethod
     def _array(values: list[Any]) -> Any:
@@ -456,8 +657,7 @@ class Store(abc.ABC):
 
     def size(self, queue: str) -> int:
         """Pending jobs (due or delayed) in ``queue``: the AMQP message count."""
-        row = self._one("size", {"queue": queue})
-        return int(row[0]) if row else 0
+        return int(self._value("size", {"queue": queue}) or 0)
 
     @abc.abstractmethod
     def next_due(self, queues: Sequence[str]) -> float | None:
@@ -537,12 +737,12 @@ class Store(abc.ABC):
         if not job_ids:
             return set()
         ids = self._array([int(i) for i in job_ids])
-        return {r[0] for r in self._all("revoked_among", {"job_ids": ids})}
+        return set(self._column("revoked_among", {"job_ids": ids}))
 
     def scheduled(self, queue: str | None = None, limit: int = 100) -> list[Job]:
         """Delayed jobs (pending, due in the future), soonest first: the ETA and countdown
         tasks that ``celery inspect scheduled`` cannot list on this broker."""
-        return [Job(*r) for r in self._all("scheduled", {"queue": queue, "limit": int(limit)})]
+        return [Job(**r) for r in self._all("scheduled", {"queue": queue, "limit": int(limit)})]
 
     def dead_explain(self, msg_id: str, error: str, was: str = "rejected") -> int:
         """Replace the generic ``was`` error of the dead letters of message ``msg_id`` by
@@ -564,16 +764,38 @@ class Store(abc.ABC):
 
     # ------------------------------------------------------------ maintenance
     @abc.abstractmethod
+    def maintain(self, job: str) -> MaintenanceResult:
+        """Run one maintenance job (one of :data:`MAINTENANCE_JOBS`); idempotent.
+
+        * ``expire``: expired jobs not running (pending, or a lapsed claim) leave the
+          queue: dead-lettered with 'expired', or dropped on a transient queue (declared
+          with ``x-expires`` or ``x-message-ttl``); ``count`` is both, ``queues`` unused.
+        * ``lapsed``: lapsed claims whose attempts are spent go to the dead letters with
+          'attempts exhausted' (what a claim would do, for queues no one consumes).
+        * ``retention``: dead letters past their queue's (or the store's) retention are
+          deleted.
+        * ``dead_offers``: hand-off offers of consumers that are gone are deleted.
+        * ``expired_queues``: queues unused past their ``x-expires`` are dropped with
+          their bindings and jobs; ``queues`` names them.
+        """
+
     def sweep(self) -> SweepResult:
-        """Expired jobs (pending or processing) to dead with 'expired'; purge dead letters
-        past retention; drop queues unused past their ``x-expires``. Idempotent."""
+        """Every maintenance job once (the CLI's ``sweep``; workers run them under a
+        lease, see :mod:`kombu_alkstore.maintenance`)."""
+        done = {job: self.maintain(job) for job in MAINTENANCE_JOBS}
+        return SweepResult(
+            expired=done["expire"].count,
+            dead_purged=done["retention"].count,
+            queues_dropped=done["expired_queues"].queues,
+            expired_dropped=done["expire"].dropped,
+        )
 
     # ------------------------------------------------------------ reads, admin
     def get_job(self, job_id: int | str) -> Job | None:
         """A live or dead job by its own id (int) or its message id (str, the Celery task id)."""
         key = "get_job_by_id" if isinstance(job_id, int) else "get_job_by_msg"
         row = self._one(key, {"id": job_id})
-        return Job(*row) if row else None
+        return Job(**row) if row else None
 
     @abc.abstractmethod
     def counts(self, queues: Sequence[str] | None = None) -> list[QueueCounts]:
@@ -610,12 +832,12 @@ class Store(abc.ABC):
 
     def paused_queues(self) -> dict[str, float]:
         """Paused queue names and when each was paused (epoch seconds)."""
-        return {r[0]: r[1] for r in self._all("paused_list")}
+        return {r["queue"]: r["paused_at"] for r in self._all("paused_list")}
 
     def peek(self, queue: str, limit: int = 20) -> list[Job]:
         """The next ``limit`` pending jobs of ``queue`` in claim order (delayed ones too,
         by their priority and due time), without claiming them."""
-        return [Job(*r) for r in self._all("peek", {"queue": queue, "limit": int(limit)})]
+        return [Job(**r) for r in self._all("peek", {"queue": queue, "limit": int(limit)})]
 
     def dead_search(
         self,
@@ -632,21 +854,20 @@ class Store(abc.ABC):
         params = {**where.params(), "limit": int(limit)}
         params["b_at"], params["b_id"] = before if before else (None, None)
         if scan is None:
-            return [Job(*r) for r in self._all("dead_search", params)]
+            return [Job(**r) for r in self._all("dead_search", params)]
         params["scan"] = int(scan)
-        return [Job(*r) for r in self._all("dead_search_window", params)]
+        return [Job(**r) for r in self._all("dead_search_window", params)]
 
     def dead_window(self, scan: int, before: tuple[float, int] | None = None) -> tuple | None:
         """``(died_at, id)`` of the last of the ``scan`` newest dead letters from ``before``
         on (the ``before`` of the next window), or None when no more remain after them."""
         b_at, b_id = before if before else (None, None)
         rows = self._all("dead_window", {"b_at": b_at, "b_id": b_id, "scan": int(scan)})
-        return (rows[0][0], rows[0][1]) if len(rows) == 2 else None
+        return (rows[0]["died_at"], rows[0]["id"]) if len(rows) == 2 else None
 
     def dead_count(self, where: DeadFilter = ANY_DEAD, cap: int | None = None) -> int:
         """How many dead letters match ``where`` (counting stops at ``cap`` when given)."""
-        row = self._one("dead_count", {**where.params(), "cap": cap})
-        return int(row[0]) if row else 0
+        return int(self._value("dead_count", {**where.params(), "cap": cap}) or 0)
 
     def dead_ids(
         self, where: DeadFilter = ANY_DEAD, after: int = 0, limit: int = 1000
@@ -654,7 +875,7 @@ class Store(abc.ABC):
         """Ids of the dead letters matching ``where`` above ``after``, ascending: the
         batches of a bulk requeue or purge."""
         params = {**where.params(), "after": int(after), "limit": int(limit)}
-        return [int(r[0]) for r in self._all("dead_ids", params)]
+        return [int(i) for i in self._column("dead_ids", params)]
 
     @abc.abstractmethod
     def dead_move(self, ids: Sequence[int], queue: str) -> int:
@@ -662,15 +883,15 @@ class Store(abc.ABC):
 
     def claim_stats(self) -> list[ClaimStat]:
         """Per queue: claims held (processing jobs) and idle consumers' offers."""
-        return [ClaimStat(*r) for r in self._all("claim_stats")]
+        return [ClaimStat(**r) for r in self._all("claim_stats")]
 
     def rate_points(self, since: float) -> list[RatePoint]:
         """Per-minute publish and ack counts from ``since`` on, by minute and queue."""
-        return [RatePoint(*r) for r in self._all("rates_since", {"since": since})]
+        return [RatePoint(**r) for r in self._all("rates_since", {"since": since})]
 
     def rate_totals(self) -> list[RatePoint]:
         """Publish and ack totals per queue since the ``rates`` table was made."""
-        return [RatePoint(*r) for r in self._all("rates_totals", {"total": TOTAL_MINUTE})]
+        return [RatePoint(**r) for r in self._all("rates_totals", {"total": TOTAL_MINUTE})]
 
     def trim_rates(self, older_than: float) -> int:
         """Delete per-minute rate rows before ``older_than`` (totals are kept)."""
@@ -685,8 +906,7 @@ class Store(abc.ABC):
     def exchange_declare(self, name: str, type_: str) -> None: ...
 
     def exchange_type(self, name: str) -> str | None:
-        row = self._one("exchange_type", {"name": name})
-        return row[0] if row else None
+        return self._value("exchange_type", {"name": name})
 
     @abc.abstractmethod
     def exchange_delete(self, name: str) -> None: ...
@@ -699,12 +919,13 @@ class Store(abc.ABC):
 
     def bindings(self, exchange: str) -> list[tuple[str, str]]:
         """``(routing_key, queue)`` pairs bound to ``exchange``."""
-        return [(r[0], r[1]) for r in self._all("bindings", {"exchange": exchange})]
+        return [
+            (r["routing_key"], r["queue"]) for r in self._all("bindings", {"exchange": exchange})
+        ]
 
     def routing_version(self) -> int:
         """A number that changes whenever exchanges or bindings change (for caches)."""
-        row = self._one("routing_version")
-        return int(row[0]) if row else 0
+        return int(self._value("routing_version") or 0)
 
     def queue_declare(
         self, name: str, message_ttl: float | None = None, expires: float | None = None
@@ -735,17 +956,16 @@ class Store(abc.ABC):
 
     def lease_holder(self, name: str) -> str | None:
         """The live holder of a lease, or None."""
-        row = self._one("lease_holder", {"name": name})
-        return row[0] if row else None
+        return self._value("lease_holder", {"name": name})
 
     # ----------------------------------------------------------------- wakeup
     @abc.abstractmethod
     def waiter(self) -> Waiter:
         """A new wake-up source announcing enqueued work on any queue."""
 
-    def async_claims(self) -> Any | None:
-        """A new connection for claims and acks that do not block an event loop
-        (``postgres.AsyncClaims``); None on engines without one, whose claims block."""
+    def session(self) -> ClaimSession | None:
+        """A new connection for claims and acks that do not block an event loop, when
+        :attr:`capabilities` has ``session``; None otherwise (claims block)."""
         return None
 
     # -------------------------------------------------------------- schedules
@@ -762,15 +982,15 @@ class Store(abc.ABC):
         return self._run("schedule_delete", {"name": name}) > 0
 
     def schedule_list(self) -> list[ScheduleRow]:
-        return [ScheduleRow.from_db(r) for r in self._all("schedule_list")]
+        return [ScheduleRow.from_row(r) for r in self._all("schedule_list")]
 
     def schedule_get(self, name: str) -> ScheduleRow | None:
         row = self._one("schedule_get", {"name": name})
-        return None if row is None else ScheduleRow.from_db(row)
+        return None if row is None else ScheduleRow.from_row(row)
 
     def schedule_clock(self) -> float:
         """The database's clock (epoch seconds), the one the beat measures "due" with."""
-        return float(self._one("schedule_clock")[0])
+        return float(self._value("schedule_clock"))
 
     def schedule_run_now(self, name: str) -> bool:
         """Ask the beat for one extra run of ``name`` (its grid untouched); requests made

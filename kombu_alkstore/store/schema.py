@@ -6,7 +6,7 @@ schemas, so the same name becomes a table prefix (``alkstore_jobs``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from sqlalchemy import (
     BigInteger,
@@ -56,6 +56,14 @@ class Tables:
     offers: Table
     paused_queues: Table
     rates: Table
+
+    def names(self) -> dict[str, str]:
+        """Every table's short name (``jobs``) and its name as written in SQL."""
+        return {
+            f.name: self.qualified(getattr(self, f.name))
+            for f in fields(self)
+            if f.name != "metadata"
+        }
 
     def qualified(self, table: Table) -> str:
         """The table name as written in SQL (quoted, schema-qualified on PostgreSQL)."""
