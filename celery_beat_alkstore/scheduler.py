@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import os
 import socket
-import sqlite3
 import time
 import uuid
 from dataclasses import replace
 from typing import Any
 
-import psycopg
 from celery import beat
 from celery.utils.log import get_logger
 from kombu.exceptions import OperationalError as KombuOperationalError
@@ -37,7 +35,7 @@ from kombu_alkstore.errors import (
     SchemaMissing,
     StoreUnavailable,
 )
-from kombu_alkstore.store import ScheduleRow
+from kombu_alkstore.store import ScheduleRow, connection_errors, database_errors
 
 from .api import (
     LEASE_NAME,
@@ -62,16 +60,9 @@ FAILED_RETRY = 5.0
 BAD_SPEC_RETRY = 60.0
 
 #: The store or the broker cannot be reached: no schedule is to blame, the tick stops.
-UNAVAILABLE = (
-    StoreUnavailable,
-    psycopg.OperationalError,
-    psycopg.InterfaceError,
-    sqlite3.OperationalError,
-    KombuOperationalError,
-    OSError,
-)
+UNAVAILABLE = (*connection_errors(), KombuOperationalError, OSError)
 #: Errors of the store or the broker that a later tick may get past.
-TRANSIENT = (AlkstoreError, psycopg.Error, sqlite3.Error, *UNAVAILABLE)
+TRANSIENT = (AlkstoreError, *database_errors(), *UNAVAILABLE)
 
 
 class Scheduler(beat.Scheduler):

@@ -22,7 +22,6 @@ import argparse
 import base64
 import json
 import os
-import sqlite3
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -90,13 +89,7 @@ def open_cli_store(args: argparse.Namespace, setup: bool = False):
     from .store.options import validate_identifier
 
     validate_identifier(args.schema, "schema")
-    parsed = parse(store_url(args.broker))
-    if parsed.engine == "sqlite" and not setup and not os.path.exists(parsed.path):
-        raise CLIError(
-            f"SQLite database {parsed.path!r} does not exist "
-            "(check the path, or create it with `kombu-alkstore setup`)"
-        )
-    return open_store(parsed, schema=args.schema, setup=setup)
+    return open_store(parse(store_url(args.broker)), schema=args.schema, setup=setup)
 
 
 # ------------------------------------------------------------------- formatting
@@ -473,32 +466,20 @@ def cmd_dead_purge(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def dead_ids(store, queue: str | None) -> list[int]:
-    """Ids of the dead letters (of ``queue``) as they are now, oldest first.
+def dead_ids(store, queue: str | None, page: int = 10_000) -> list[int]:
+    """Ids of the dead letters (of ``queue``) as they are now, ascending.
 
     Read once up front, so a message that dies again while the batches run is not
     requeued a second time by the same command.
     """
-    dead = store.tables.qualified(store.tables.dead)
-    if store.engine == "postgresql":
-        import psycopg
+    from .store.admin import DeadFilter
 
-        with psycopg.connect(store.url.conninfo, autocommit=True, connect_timeout=10) as conn:
-            rows = conn.execute(
-                f"SELECT id FROM {dead} WHERE %(q)s::text IS NULL OR queue = %(q)s "
-                "ORDER BY died_at, id",
-                {"q": queue},
-            ).fetchall()
-    else:
-        conn = sqlite3.connect(store.path, timeout=store.options.busy_timeout)
-        try:
-            rows = conn.execute(
-                f"SELECT id FROM {dead} WHERE :q IS NULL OR queue = :q ORDER BY died_at, id",
-                {"q": queue},
-            ).fetchall()
-        finally:
-            conn.close()
-    return [int(r[0]) for r in rows]
+    where, ids = DeadFilter(queue=queue), []
+    while True:
+        batch = store.dead_ids(where, after=ids[-1] if ids else 0, limit=page)
+        ids += batch
+        if len(batch) < page:
+            return ids
 
 
 class Progress:
@@ -529,22 +510,10 @@ class Progress:
 
 
 def cmd_setup(args: argparse.Namespace, out: TextIO) -> int:
-    from .store.schema import ddl_script
-
     if args.print:
-        from .store.options import validate_identifier
+        from .store.setup_script import setup_script
 
-        parsed = parse(store_url(args.broker))
-        validate_identifier(args.schema, "schema")
-        extra = ""
-        if args.grant:  # checked before anything is printed
-            if parsed.engine != "postgresql":
-                raise CLIError("--grant applies to PostgreSQL only (SQLite has no roles)")
-            extra = grants(args.schema, args.grant)
-        out.write(f"-- kombu-alkstore DDL for {parsed.engine}, schema {args.schema!r}\n")
-        out.write("-- idempotent: every statement is IF NOT EXISTS / ON CONFLICT DO NOTHING\n\n")
-        out.write(ddl_script(args.schema, parsed.engine))
-        out.write(extra)
+        out.write(setup_script(parse(store_url(args.broker)), args.schema, args.grant))
         return 0
     if args.grant:
         raise CLIError("--grant goes with --print (apply the printed script as a migration)")
@@ -618,24 +587,6 @@ def cmd_web(args: argparse.Namespace, out: TextIO) -> int:
     finally:
         store.close()
     return 0
-
-
-def grants(schema: str, role: str) -> str:
-    """The least privileges a runtime role needs when the tables were made by a migration."""
-    from .store.options import validate_identifier
-
-    validate_identifier(role, "role")
-    return (
-        f"-- the runtime role {role!r}: read/write rows, no DDL (connect with setup=False)\n"
-        f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}";\n'
-        f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "{schema}" TO "{role}";\n'
-        f'GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA "{schema}" TO "{role}";\n'
-        f"-- tables a later migration adds (run by the same migration role) get them too\n"
-        f'ALTER DEFAULT PRIVILEGES IN SCHEMA "{schema}" '
-        f'GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO "{role}";\n'
-        f'ALTER DEFAULT PRIVILEGES IN SCHEMA "{schema}" '
-        f'GRANT USAGE, SELECT ON SEQUENCES TO "{role}";\n'
-    )
 
 
 # ------------------------------------------------------------------------- main

@@ -9,10 +9,15 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
+from ..errors import SchemaMissing, StoreUnavailable
 from .base import (
     AMBIENT,
+    MAINTENANCE_JOBS,
+    Capabilities,
+    ClaimSession,
     Delivery,
     Job,
+    MaintenanceResult,
     NewJob,
     QueueCounts,
     ScheduleRow,
@@ -27,8 +32,12 @@ from .options import StoreOptions, StoreURL, parse_store_url
 
 __all__ = [
     "AMBIENT",
+    "MAINTENANCE_JOBS",
+    "Capabilities",
+    "ClaimSession",
     "Delivery",
     "Job",
+    "MaintenanceResult",
     "NewJob",
     "QueueCounts",
     "ScheduleRow",
@@ -40,6 +49,8 @@ __all__ = [
     "Wakeup",
     "bound_connection",
     "acquire_store",
+    "connection_errors",
+    "database_errors",
     "open_store",
     "release_store",
     "shared_store",
@@ -59,6 +70,12 @@ def open_store(url: str | URL | StoreURL, options: StoreOptions | None = None, *
     """
     parsed = url if isinstance(url, StoreURL) else parse_store_url(url)
     opts = options or StoreOptions.from_mapping(kw)
+    if parsed.engine == "sqlite" and not opts.setup and not os.path.exists(parsed.path or ""):
+        # Opening it would create an empty file where the path was mistyped.
+        raise SchemaMissing(
+            f"SQLite database {parsed.path!r} does not exist "
+            "(check the path, or create it with `kombu-alkstore setup`)"
+        )
     with unbound():  # setup never joins a caller's transaction
         if parsed.engine == "postgresql":
             from .postgres import PostgresStore
@@ -70,6 +87,27 @@ def open_store(url: str | URL | StoreURL, options: StoreOptions | None = None, *
             store = SQLiteStore(parsed, opts)
     _opened.add(store)
     return store
+
+
+def _engine_errors(attr: str) -> tuple[type[BaseException], ...]:
+    from .postgres import PostgresStore
+    from .sqlite import SQLiteStore
+
+    found: dict[type[BaseException], None] = {StoreUnavailable: None}
+    for engine in (PostgresStore, SQLiteStore):
+        found.update(dict.fromkeys(getattr(engine, attr)))
+    return tuple(found)
+
+
+def connection_errors() -> tuple[type[BaseException], ...]:
+    """Every engine's exceptions that mean a lost or unreachable database (for kombu's
+    class-level ``Transport.connection_errors``, known before any store is open)."""
+    return _engine_errors("connection_errors")
+
+
+def database_errors() -> tuple[type[BaseException], ...]:
+    """Every engine's exceptions for a failed statement (connection errors included)."""
+    return _engine_errors("database_errors")
 
 
 def close_all_stores() -> int:

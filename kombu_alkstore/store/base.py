@@ -12,6 +12,7 @@ nothing, and the job's id is missing from the returned set.
 from __future__ import annotations
 
 import abc
+import contextlib
 import contextvars
 import math
 import time
@@ -105,9 +106,10 @@ class Capabilities:
     #: :meth:`Store.publish` may return before the commit is confirmed
     #: (``confirm_publish`` off: pipelined).
     pipelined_publish: bool = False
-    #: Declarations (exchanges, bindings, queues) commit on their own inside a caller's
-    #: transaction (``bound_connection``). SQLite cannot: the caller holds the only write
-    #: lock, so there they join the caller's transaction.
+    #: The store's own connections work beside a caller's open transaction
+    #: (``bound_connection``): declarations commit on their own and routing reads see
+    #: committed state (:meth:`Store.detached`). SQLite cannot: the caller holds the only
+    #: write lock, so there they join the caller's transaction.
     declare_outside_transaction: bool = False
 
 
@@ -527,6 +529,8 @@ class Store(abc.ABC):
     #: The driver's exceptions that mean the database was lost or unreachable (the
     #: transport's ``connection_errors``; kombu reconnects on them).
     connection_errors: tuple[type[BaseException], ...] = (StoreUnavailable,)
+    #: The driver's exceptions for any failed statement (connection errors included).
+    database_errors: tuple[type[BaseException], ...] = (StoreUnavailable,)
 
     def __init__(self, url: StoreURL, options: StoreOptions) -> None:
         self.url = url
@@ -536,6 +540,13 @@ class Store(abc.ABC):
         self.names = self.tables.names()
         #: Publishes and acks per queue, for the dashboard's rates (see ``RateTally``).
         self.rates_tally = RateTally(self._write_rates, self.trim_rates)
+
+    def detached(self) -> contextlib.AbstractContextManager:
+        """A context whose store calls run on the store's own connections, outside a
+        caller's transaction, where the engine allows it (see :class:`Capabilities`)."""
+        if self.capabilities.declare_outside_transaction:
+            return unbound()
+        return contextlib.nullcontext()
 
     # ------------------------------------------------------------------ setup
     def ddl(self, existing: dict[str, set[str]] | None = None) -> list[str]:

@@ -7,28 +7,22 @@ import contextlib
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kombu.exceptions import ChannelError
 from kombu.transport import virtual
 from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from ..errors import ConfigurationError
-from ..store import Delivery, unbound
+from ..store import Delivery
 from . import reasons, revokes
 from .envelope import to_job, to_message
-
-if TYPE_CHECKING:
-    from .transport import Transport
+from .held import hand_back, tag_of
 
 logger = logging.getLogger("kombu_alkstore")
 
 #: How long a queue declaration is remembered per connection (see ``_new_queue``).
 DECLARE_CACHE_SECONDS = 5.0
-
-
-def tag_of(delivery: Delivery) -> str:
-    return f"{delivery.id}:{delivery.token}"
 
 
 def undecodable(message: Any) -> str | None:
@@ -61,23 +55,6 @@ def _millis(value: Any, name: str, queue: str) -> float | None:
         ) from None
 
 
-def _connection_errors() -> tuple[type[BaseException], ...]:
-    from .transport import Transport
-
-    return Transport.connection_errors
-
-
-def hand_back(store: Any, deliveries: list[Delivery]) -> None:
-    """Return claimed, undelivered jobs to pending with their attempt refunded. Through a
-    lost connection this only logs: the claims lapse by themselves after the timeout."""
-    if not deliveries or store is None:
-        return
-    try:
-        store.release(deliveries)
-    except _connection_errors() as exc:
-        logger.warning("alkstore: could not hand back %d messages: %r", len(deliveries), exc)
-
-
 class QoS(virtual.QoS):
     """Unacked messages go back as the SAME rows (attempt refunded), never as copies.
 
@@ -95,11 +72,13 @@ class QoS(virtual.QoS):
 
 
 class Channel(virtual.Channel):
+    """A kombu channel on the store; its transport (``connection``) owns the wake-ups,
+    the claims session and the hand-off offers (see :mod:`.handoff`)."""
+
     QoS = QoS
     supports_fanout = True
-    connection: Transport
 
-    def __init__(self, connection: Transport, **kwargs: Any) -> None:
+    def __init__(self, connection: Any, **kwargs: Any) -> None:
         super().__init__(connection, **kwargs)
         self.store = connection.store
         # Kept past close: Celery may ack after a reconnect through the old channel.
@@ -110,11 +89,6 @@ class Channel(virtual.Channel):
         self.claiming = False
         #: A wake-up came while it was in flight: claim again once it is answered.
         self._claim_again = False
-        #: The last claim left no backlog, so free slots may be offered (Transport.offer).
-        self.idle = False
-        #: The offer publishers see, as this channel knows it: (slots, queues). A
-        #: publisher that takes a slot decrements it (see take_handoff).
-        self.offered: tuple[int, tuple[str, ...]] = (0, ())
 
     # ----------------------------------------------------------------- publish
     def _put(self, queue: str, message: dict, **kwargs: Any) -> None:
@@ -230,7 +204,7 @@ class Channel(virtual.Channel):
         back publish must not leave kombu believing an exchange or binding exists).
         SQLite cannot: the caller's transaction holds the only write lock, so there they
         go through it (declare exchanges and queues at start-up, see the docs)."""
-        return unbound() if self.store.engine == "postgresql" else contextlib.nullcontext()
+        return self.store.detached()
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         return self.store.queue_exists(queue)
@@ -270,7 +244,7 @@ class Channel(virtual.Channel):
             return super().basic_cancel(consumer_tag)
         finally:
             if self.connection is not None:
-                self.connection.offer(self)  # not for the queue any more
+                self.connection.handoff.update(self)  # not for the queue any more
 
     def free_slots(self) -> int:
         """Prefetch slots free now (capped like a claim's batch)."""
@@ -308,11 +282,7 @@ class Channel(virtual.Channel):
             return
         if not self._active_queues:
             return
-        if self.offered[0]:
-            # Withdraw the offer first (the pipeline keeps the order): the claim takes
-            # every free slot, so a hand-off must not fill one of them too.
-            self.idle = False
-            self.connection.offer(self)
+        self.connection.handoff.before_claim(self)
         limit = self._batch_size()
         self.claiming = True
         try:
@@ -340,31 +310,7 @@ class Channel(virtual.Channel):
         self.connection.on_batch(self, full)
         if len(gone) < len(got):
             self._dispatch([d for d in got if d.queue in consumed])
-        self.idle = not full
-        self.connection.offer(self)
-
-    def take_handoffs(self, deliveries: list[Delivery]) -> None:
-        """Jobs publishers handed to this channel's offer, already claimed for it, in the
-        order they were handed."""
-        pending = deque(deliveries)
-        while pending:
-            started = time.monotonic()
-            self.take_handoff(pending.popleft())
-            revokes.recheck_if_slow(self.store, started, pending)
-
-    def take_handoff(self, d: Delivery) -> None:
-        """A job a publisher handed to this channel's offer, already claimed for it."""
-        slots, queues = self.offered
-        self.offered = (max(slots - 1, 0), queues)
-        if (
-            self.closed
-            or self.claiming  # the claim in flight was sized to every free slot
-            or d.queue not in self._active_queues
-            or not self.qos.can_consume()
-        ):
-            hand_back(self.store, [d])  # the offer changed while the job was on its way
-            return
-        self._dispatch([d])
+        self.connection.handoff.claimed(self, full)
 
     def _dispatch(self, deliveries: list[Delivery]) -> None:
         no_ack = [d for d in deliveries if d.queue in self._no_ack_queues]

@@ -13,7 +13,7 @@ import time
 
 from kombu.transport.virtual.exchange import TopicExchange
 
-from ..store import Store, unbound
+from ..store import Store
 
 _topic_pattern = TopicExchange(None).key_to_pattern
 
@@ -22,7 +22,7 @@ def _committed(store: Store) -> contextlib.AbstractContextManager:
     """Read routing outside a caller's transaction on PostgreSQL (committed state only).
     On SQLite the caller's connection is kept: the store's own one may be waiting for
     the write lock that very transaction holds."""
-    return unbound() if store.engine == "postgresql" else contextlib.nullcontext()
+    return store.detached()
 
 
 class RoutingCache:

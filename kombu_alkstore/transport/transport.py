@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sqlite3
 import threading
 import time
 from typing import Any
 
-import psycopg
 from kombu.transport import virtual
-from psycopg_pool import PoolTimeout
 
-from ..errors import ConfigurationError, StoreUnavailable
-from ..store import Store, StoreURL, Waiter, acquire_store, release_store
+from ..errors import ConfigurationError
+from ..maintenance import Maintenance
+from ..store import Store, StoreURL, Waiter, acquire_store, connection_errors, release_store
 from ..store.options import parse_store_url
-from .channel import Channel, hand_back, tag_of
+from .channel import Channel
+from .handoff import Handoff
 from .heartbeat import Heartbeater
+from .held import hand_back, tag_of
 from .options import parse_transport_options
 from .reasons import install as _install_reasons
 from .routing import RoutingCache
@@ -46,13 +46,7 @@ class Transport(virtual.Transport):
     implements = virtual.Transport.implements.extend(
         asynchronous=True, exchange_type=frozenset(["direct", "topic", "fanout"])
     )
-    connection_errors = virtual.Transport.connection_errors + (
-        StoreUnavailable,
-        psycopg.OperationalError,
-        psycopg.InterfaceError,
-        PoolTimeout,
-        sqlite3.OperationalError,
-    )
+    connection_errors = virtual.Transport.connection_errors + connection_errors()
     recoverable_connection_errors = connection_errors
     recoverable_channel_errors = ()
 
@@ -67,10 +61,13 @@ class Transport(virtual.Transport):
         self.store: Store | None = None
         self.routing: RoutingCache | None = None
         self.waiter: Waiter | None = None
-        #: In the event loop on PostgreSQL: claims and acks that do not block it.
+        #: In the event loop, on engines with a claims session: claims and acks that do
+        #: not block it (``Store.session``).
         self.claims: Any = None
-        #: Idle channels offer their free slots to publishers (see ``offer``).
-        self.handoff = self.options.handoff
+        #: Idle channels offer their free slots to publishers (see handoff.py).
+        self.handoff = Handoff(self)
+        #: Expiry, retention and the other maintenance jobs, under a lease.
+        self.maintenance = Maintenance(self.options.sweep_interval)
         #: Every message this connection holds unacked, by delivery tag. After a lost
         #: connection they are neither handed back nor heartbeated any more: a task still
         #: running can ack late within its deadline, the rest come back after one
@@ -144,6 +141,8 @@ class Transport(virtual.Transport):
                 self.waiter.close()
             self.waiter = None
         if self.store is not None:
+            with contextlib.suppress(Exception):  # the lease lapses by itself otherwise
+                self.maintenance.release(self.store)
             try:
                 self.store.flush_publishes()
             except Exception as exc:  # closing must not raise; they stay queued to re-send
@@ -217,10 +216,9 @@ class Transport(virtual.Transport):
             self._check_tref = loop.call_later(
                 self.options.sqlite_poll_interval, self._guarded(self._check_changes)
             )
-        if self.options.async_claims:
-            self.claims = self.store.async_claims()
-            if self.claims is not None:
-                loop.add_reader(self.claims.fileno(), self._guarded(self.claims.on_readable))
+        if self.options.async_claims and self.store.capabilities.session:
+            self.claims = self.store.session()
+            loop.add_reader(self.claims.fileno(), self._guarded(self.claims.on_readable))
         self._trefs += [
             loop.call_repeatedly(self.polling_interval, self._guarded(self._safety_poll)),
             loop.call_repeatedly(self.options.sweep_interval, self._guarded(self.sweep)),
@@ -264,7 +262,7 @@ class Transport(virtual.Transport):
 
     def _on_readable(self, *args: Any) -> bool:
         wake = self._waiter().poll()
-        self._take_handoffs(wake)
+        self.handoff.take(wake)
         if wake.routing:
             self.routing.invalidate()
         if wake.next_at is not None:
@@ -273,7 +271,7 @@ class Transport(virtual.Transport):
             self._poll_all()
         elif wake.queues:
             self._poll_all(only=wake.queues)
-        if wake and fd_less(self._waiter()):
+        if wake and not self.store.capabilities.listener:
             self._learn_next_due()
         return bool(wake)
 
@@ -281,55 +279,7 @@ class Transport(virtual.Transport):
         # A full batch means more may be waiting: claim again once acks free capacity.
         if self._starved:
             self._poll_all(batch=True, channels=list(self._starved))
-        for channel in self.channels:
-            if channel.idle:
-                self.offer(channel)  # acks freed slots: offer them
-
-    # ---------------------------------------------------------------- hand-off
-    def offer(self, channel: Any) -> None:
-        """Keep what ``channel`` offers publishers (hand-off) in line with its state: its
-        free prefetch slots while its last claim left no backlog, nothing otherwise.
-
-        Sent only when it changes, without waiting. While it stands, a publisher claims a
-        new due job for the channel and the notification carries it (``take_handoff``).
-        """
-        claims, waiter = self.claims, self.waiter
-        pid = getattr(waiter, "pid", None)
-        if claims is None or pid is None or not self.handoff or not self.acks.in_loop_thread():
-            return  # (a cancel from another thread: the offer goes at close, see retire)
-        queues: tuple[str, ...] = ()
-        if channel.idle and not channel.closed and channel._consumers:
-            queues = tuple(sorted(channel._active_queues))
-        slots = channel.free_slots() if queues else 0
-        offer = (slots, queues if slots else ())
-        if offer == channel.offered:
-            return
-        channel.offered = offer
-        claims.register(pid, channel.channel_id, offer[1], slots, self._offer_answered)
-
-    def _offer_answered(self, rows: list[tuple] | BaseException) -> None:
-        if isinstance(rows, psycopg.OperationalError):
-            return  # the claims in flight report the lost connection
-        if isinstance(rows, BaseException):  # e.g. tables older than hand-off
-            logger.warning("alkstore: hand-off disabled on this connection: %r", rows)
-            self.handoff = False
-
-    def _take_handoffs(self, wake: Any) -> None:
-        """Deliver the jobs publishers handed to this connection's channels."""
-        if not wake.handoffs:
-            return
-        by_id = {ch.channel_id: ch for ch in self.channels}
-        orphans = []
-        mine: dict[Any, list[Any]] = {}
-        for chan, delivery in wake.handoffs:
-            channel = by_id.get(chan)
-            if channel is None:
-                orphans.append(delivery)
-            else:
-                mine.setdefault(channel, []).append(delivery)
-        hand_back(self.store, orphans)
-        for channel, deliveries in mine.items():
-            channel.take_handoffs(deliveries)
+        self.handoff.update_idle()
 
     def _learn_next_due(self) -> None:
         """Ask the store when the next delayed job is due (engines whose wake-ups don't say)."""
@@ -370,11 +320,14 @@ class Transport(virtual.Transport):
         elif self.store.has_due(queues):
             self._poll_all()
 
-    @staticmethod
-    def _usable(answer: Any) -> bool:
+    def store_errors(self) -> tuple[type[BaseException], ...]:
+        """The exceptions that mean this connection's database was lost."""
+        return self.store.connection_errors if self.store is not None else self.connection_errors
+
+    def _usable(self, answer: Any) -> bool:
         """Whether an answer from the claims connection is one to act on: not after a
         lost connection (the claims in flight report it); any other error raises."""
-        if isinstance(answer, psycopg.OperationalError):
+        if isinstance(answer, self.store_errors()):
             return False
         if isinstance(answer, BaseException):
             raise answer
@@ -461,21 +414,18 @@ class Transport(virtual.Transport):
                 )
 
     def sweep(self) -> None:
-        """Expired jobs to dead letters, retention, queue expiry; keep our queues alive."""
+        """Keep our queues alive (``x-expires``), then a maintenance round if this
+        connection holds the lease (see kombu_alkstore.maintenance)."""
         self._last_sweep = time.monotonic()
         if self.store is None:
             return
+        queues = sorted(self._active_queues())
         if self.claims is not None and self.acks.in_loop_thread():
-            self.claims.sweep(sorted(self._active_queues()), self._swept)
+            self.claims.touch_queues(queues, self._usable)
+            self.maintenance.send(self.claims, self._usable)
             return
-        self.store.touch_queues(sorted(self._active_queues()))
-        self._swept(self.store.sweep())
-
-    def _swept(self, result: Any) -> None:
-        if not self._usable(result):
-            return
-        if result.expired or result.dead_purged or result.queues_dropped or result.expired_dropped:
-            logger.info("alkstore sweep: %s", result)
+        self.store.touch_queues(queues)
+        self.maintenance.run(self.store)
 
     def _maintain(self) -> None:
         now = time.monotonic()
@@ -510,8 +460,8 @@ class Transport(virtual.Transport):
             if self._next_at is not None:
                 wait = min(wait, max(self._next_at - time.time(), 0))
             wake = waiter.wait(max(wait, 0))
-            self._take_handoffs(wake)
-            learn = bool(wake) and fd_less(waiter)
+            self.handoff.take(wake)
+            learn = bool(wake) and not self.store.capabilities.listener
             if wake.routing:
                 self.routing.invalidate()
             if wake.next_at is not None:
@@ -593,7 +543,3 @@ class AckBuffer:
                     d.queue,
                 )
 
-
-def fd_less(waiter: Waiter) -> bool:
-    """True for engines whose wake-ups carry no due times (SQLite's change check)."""
-    return waiter.fileno() is None

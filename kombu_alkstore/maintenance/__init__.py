@@ -1,0 +1,6 @@
+"""Maintenance: the store's named jobs (expire, lapsed, retention, dead offers, expired
+queues), run by one worker at a time under a lease (see :mod:`.runner`)."""
+
+from .runner import LEASE, Maintenance
+
+__all__ = ["LEASE", "Maintenance"]
