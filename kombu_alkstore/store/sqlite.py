@@ -392,7 +392,7 @@ class SQLiteStore(Store):
     def _adopt(self, connection: Any) -> sqlite3.Connection:
         if connection is self._db:
             return connection
-        from .postgres import _driver_connection
+        from .adopt import driver_connection as _driver_connection
 
         conn = _driver_connection(connection)
         if not isinstance(conn, sqlite3.Connection):

@@ -1,6 +1,6 @@
-"""Claims and acks that do not block an event loop (PostgreSQL's ``AsyncClaims``).
+"""Claims and acks that do not block an event loop (PostgreSQL's claim session).
 
-What ``store/async_session.py`` promises, against a real server: the answers are the
+What ``store/postgres/claims.py`` promises, against a real server: the answers are the
 same as the blocking calls', they come back in send order, a statement the server
 refuses fails only its own callback, and a lost connection fails every callback in
 flight while losing no job (a claim that committed lapses after its visibility timeout).
@@ -25,7 +25,7 @@ def pg(pg_target):
 
 @pytest.fixture
 def claims(pg):
-    c = pg.async_claims()
+    c = pg.session()
     yield c
     c.close()
 
@@ -112,9 +112,9 @@ def test_a_lost_connection_fails_every_callback_and_loses_no_job(pg, pg_target, 
     assert sorted(d.msg_id for d in pg.claim(["q"], 100)) == sorted(f"m{i}" for i in range(20))
 
 
-def test_sqlite_has_no_async_claims(sqlite_target):
+def test_sqlite_has_no_claim_session(sqlite_target):
     s = sqlite_target.open()
     try:
-        assert s.async_claims() is None  # its claims are local and block briefly
+        assert s.session() is None  # its claims are local and block briefly
     finally:
         s.close()

@@ -1,6 +1,6 @@
 """PostgreSQL publishes with ``confirm_publish`` off: sent without waiting, confirmed later.
 
-What ``store/pipeline.py`` promises, against a real server: a lost connection re-sends
+What ``store/postgres/publisher.py`` promises, against a real server: a lost connection re-sends
 what was unconfirmed (nothing lost, duplicates allowed), a refused publish surfaces as an
 error from a later call (after one confirmed retry), and a process that exits normally
 confirms everything it sent.

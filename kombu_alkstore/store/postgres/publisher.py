@@ -1,10 +1,11 @@
-"""Publishes sent without waiting for their commit (PostgreSQL, ``confirm_publish`` off).
+"""Publishes sent without waiting for their commit (``confirm_publish`` off).
 
 A publish normally costs one round trip: ``apply_async`` returns once the row is
 committed. With ``confirm_publish`` off, each publish is written to a dedicated
-connection in libpq pipeline mode and the call returns at once; the server's answers
-are read later (at the next publish, at :meth:`PipelinedPublisher.flush`, at close and
-at interpreter exit). This is RabbitMQ's default (no publisher confirms).
+connection in libpq pipeline mode (a :class:`.session.PipelineSession`) and the call
+returns at once; the server's answers are read later (at the next publish, at
+:meth:`PipelinedPublisher.flush`, at close and at interpreter exit). This is RabbitMQ's
+default (no publisher confirms).
 
 Guarantees:
 
@@ -24,8 +25,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import re
-import select
 import threading
 import weakref
 from collections import deque
@@ -33,43 +32,21 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
-from psycopg import pq
 
-from ..errors import StoreUnavailable
+from ...errors import StoreUnavailable
+from .session import Answer, PipelineSession
 
 logger = logging.getLogger("kombu_alkstore")
 
-_STATEMENT = b"alkstore_publish"
-_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+#: The statement a publish runs (one per job of the publish).
+STATEMENT = "insert"
 #: Publishes in flight before a send waits for answers (bounds memory and keeps the
 #: server's answers from filling the socket while the client only writes).
 MAX_IN_FLIGHT = 1000
+#: Seconds a blocking collect waits for the server's next answer.
+ANSWER_TIMEOUT = 30.0
 
 _live: weakref.WeakSet[PipelinedPublisher] = weakref.WeakSet()
-
-
-def positional(sql: str) -> tuple[bytes, list[str]]:
-    """``%(name)s`` placeholders as ``$n`` (a repeated name reuses its number)."""
-    names: list[str] = []
-
-    def number(match: re.Match) -> str:
-        name = match.group(1)
-        if name not in names:
-            names.append(name)
-        return f"${names.index(name) + 1}"
-
-    return _PLACEHOLDER.sub(number, sql).encode("utf-8"), names
-
-
-def _encode(value: Any) -> tuple[bytes | None, int]:
-    """A parameter as (bytes, format): bytes go binary (bytea), the rest as text."""
-    if value is None:
-        return None, 0
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value), 1
-    if isinstance(value, float):
-        return repr(value).encode("ascii"), 0
-    return str(value).encode("utf-8"), 0
 
 
 class PipelinedPublisher:
@@ -83,18 +60,17 @@ class PipelinedPublisher:
         prepared: bool = True,
     ) -> None:
         self._connect = connect
-        self._sql, self._names = positional(sql)
+        self._sql = sql
         #: False behind a transaction-mode pooler: unnamed statements, which need no
         #: server session of their own.
         self._prepared = prepared
         self._fallback = fallback
         self._lock = threading.Lock()
-        self._conn: psycopg.Connection | None = None
+        self._session: PipelineSession | None = None
         self._pid = os.getpid()
         #: Publishes sent and not yet confirmed, oldest first: a list of param dicts each.
         self._in_flight: deque[list[dict[str, Any]]] = deque()
         self._failed: list[tuple[list[dict[str, Any]], str]] = []
-        self._error: str | None = None
         _live.add(self)
 
     # ------------------------------------------------------------------- public
@@ -104,7 +80,7 @@ class PipelinedPublisher:
             self._forked()
             self._collect(block=len(self._in_flight) >= MAX_IN_FLIGHT)
             # A new connection carries every unconfirmed publish.
-            fresh = self._conn is None or self._conn.closed
+            fresh = self._session is None or self._session.closed
             self._in_flight.append(batch)
             try:
                 try:
@@ -145,61 +121,47 @@ class PipelinedPublisher:
                     exc,
                 )
         with self._lock:
-            if self._conn is not None and os.getpid() == self._pid:
-                self._conn.close()
-            self._conn = None
+            if self._session is not None and os.getpid() == self._pid:
+                self._session.close()
+            self._session = None
 
     # ------------------------------------------------------------------ plumbing
     def _forked(self) -> None:
         if os.getpid() != self._pid:  # never touch the parent's socket or its backlog
             self._pid = os.getpid()
-            self._conn = None
+            self._session = None
             self._in_flight.clear()
             self._failed.clear()
 
-    def _pgconn(self) -> pq.abc.PGconn:
-        if self._conn is None or self._conn.closed:
-            conn = self._connect()
-            pg = conn.pgconn
-            result = pg.prepare(_STATEMENT, self._sql) if self._prepared else None
-            if result is not None and result.status != pq.ExecStatus.COMMAND_OK:
-                conn.close()
-                raise psycopg.OperationalError(
-                    f"cannot prepare the publish statement: {result.get_error_message()}"
-                )
-            pg.nonblocking = 1
-            pg.enter_pipeline_mode()
-            self._conn = conn
-        return self._conn.pgconn
+    def _open(self) -> PipelineSession:
+        if self._session is None or self._session.closed:
+            self._session = PipelineSession(
+                self._connect(), {STATEMENT: self._sql}, prepared=self._prepared, rows=False
+            )
+        return self._session
 
     def _write(self, batches: Sequence[list[dict[str, Any]]]) -> None:
-        pg = self._pgconn()
+        session = self._open()
         for batch in batches:
-            for params in batch:
-                values, formats = zip(*(_encode(params[n]) for n in self._names), strict=True)
-                if self._prepared:
-                    pg.send_query_prepared(_STATEMENT, values, formats)
-                else:
-                    pg.send_query_params(self._sql, values, param_formats=formats)
-            pg.pipeline_sync()
-        while pg.flush():  # 1: more to send; read answers meanwhile so neither side stalls
-            readable, _, _ = select.select([pg.socket], [pg.socket], [], 30.0)
-            if readable:
-                pg.consume_input()
+            session.send([(STATEMENT, params) for params in batch])
+        session.flush()
 
     def _collect(self, block: bool) -> None:
         """Read the answers that have arrived (all of them if ``block``)."""
         try:
-            while self._in_flight and self._conn is not None:
-                pg = self._conn.pgconn
-                pg.consume_input()
-                if pg.is_busy():
-                    if not block:
-                        return
-                    if not select.select([pg.socket], [], [], 30.0)[0]:
-                        raise psycopg.OperationalError("no answer from the server in 30 s")
-                    continue
-                self._take(pg.get_result())
+            while self._in_flight and self._session is not None:
+                answers: list[Answer] = []
+                try:
+                    self._session.read(answers)
+                finally:
+                    for answer in answers:
+                        self._settle(answer)
+                if not self._in_flight or not block:
+                    return
+                if not self._session.readable(ANSWER_TIMEOUT):
+                    raise psycopg.OperationalError(
+                        f"no answer from the server in {ANSWER_TIMEOUT:g} s"
+                    )
             if block and self._in_flight:  # connection gone: send them again
                 self._resend()
         except psycopg.OperationalError as exc:
@@ -207,21 +169,11 @@ class PipelinedPublisher:
             if block:
                 self._collect(block=True)
 
-    def _take(self, result: pq.abc.PGresult | None) -> None:
-        if result is None:  # end of one statement's results
-            return
-        status = result.status
-        if status == pq.ExecStatus.PIPELINE_SYNC:  # the publish at the head is settled
-            batch = self._in_flight.popleft()
-            if self._error is not None:
-                self._failed.append((batch, self._error))
-                self._error = None
-        elif status == pq.ExecStatus.FATAL_ERROR:
-            self._error = (result.get_error_message() or "error").strip()
-        elif status == pq.ExecStatus.PIPELINE_ABORTED:
-            self._error = self._error or "pipeline aborted"
-        if self._conn is not None and self._conn.pgconn.status == pq.ConnStatus.BAD:
-            raise psycopg.OperationalError("the publish connection was lost")
+    def _settle(self, answer: Answer) -> None:
+        """The publish at the head is answered: confirmed, or refused (retried later)."""
+        batch = self._in_flight.popleft()
+        if isinstance(answer, BaseException):
+            self._failed.append((batch, str(answer).strip() or type(answer).__name__))
 
     def _lost(self, exc: BaseException) -> None:
         """The connection broke: forget it; what was in flight is sent again."""
@@ -230,12 +182,11 @@ class PipelinedPublisher:
             exc,
             len(self._in_flight),
         )
-        if self._conn is not None:
+        if self._session is not None:
             try:
-                self._conn.close()
+                self._session.close()
             finally:
-                self._conn = None
-        self._error = None
+                self._session = None
         self._resend()
 
     def _resend(self) -> None:
@@ -244,7 +195,7 @@ class PipelinedPublisher:
         try:
             self._write(list(self._in_flight))
         except psycopg.OperationalError as exc:
-            self._conn = None
+            self._session = None
             raise StoreUnavailable(
                 f"cannot send {len(self._in_flight)} publish(es) again: {exc}"
             ) from exc

@@ -1,0 +1,213 @@
+"""The claim session: claims, acks and a worker's slow timers answered from an event loop.
+
+Inside a Celery worker the event loop is also the only thread that feeds the pool, so a
+claim or an ack that blocks for its round trip stalls every task behind it. A
+:class:`PostgresClaimSession` writes each request on its own connection (a
+:class:`.session.PipelineSession`, its statements prepared) and returns at once; its
+socket is registered with the loop, and each answer is handed to its callback, in send
+order, when it arrives.
+
+Guarantees:
+
+* Each request is its own transaction, run in send order.
+* Every callback is called exactly once: with the outcome, or with the exception the
+  statement raised. When the connection is lost, the callbacks of the requests still in
+  flight get the :class:`psycopg.OperationalError`; their effect is unknown (a claim
+  that committed lapses after its visibility timeout, an ack that did not land lets its
+  message be delivered again), which is what at-least-once delivery allows.
+* Not thread-safe: one thread (the event loop's) sends and reads.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from ..base import MAINTENANCE_JOBS, Answer, ClaimSession, Delivery, Row, check_lease_ttl
+from .session import Answer as Rows
+from .session import PipelineSession
+
+if TYPE_CHECKING:
+    from .store import PostgresStore
+
+#: The statements a claim session prepares.
+STATEMENTS = (
+    "claim_one",
+    "claim_any",
+    "ack",
+    "has_due",
+    "touch_queues",
+    "register",
+    "lease_acquire",
+    *MAINTENANCE_JOBS,
+)
+#: Seconds :meth:`PostgresClaimSession.wait` waits for the server before it gives up.
+WAIT_TIMEOUT = 30.0
+
+
+def claim_key(queues: Sequence[str]) -> str:
+    """The claim statement for these (distinct) queues: one queue walks the claim index
+    in order; several take the best rows of each."""
+    return "claim_one" if len(queues) == 1 else "claim_any"
+
+
+def claimed_deliveries(rows: Sequence[Row]) -> tuple[list[Delivery], bool]:
+    """A claim's rows as deliveries (in claim order), and whether spent jobs (moved to
+    the dead letters) took places in the batch, so more may be due."""
+    claimed = [dict(r) for r in rows if r["id"] is not None]
+    claimed.sort(key=lambda r: (-r["priority"], r["was_due"], r["id"]))  # the claim order
+    for r in claimed:
+        del r["was_due"]
+    return [Delivery(**r) for r in claimed], len(claimed) < len(rows)
+
+
+class PostgresClaimSession(ClaimSession):
+    """A store's claim session (see the module docstring)."""
+
+    def __init__(self, store: PostgresStore, conn: psycopg.Connection) -> None:
+        self._store = store
+        statements = {key: store._sql[key] for key in STATEMENTS}
+        prepared = not store.options.transaction_pooler
+        self._pipe = PipelineSession(conn, statements, prepared=prepared)
+        #: Callbacks of the requests sent and not yet answered, oldest first.
+        self._waiting: deque[Callable[[Rows], None]] = deque()
+        self.broken = False
+
+    @property
+    def _conn(self) -> psycopg.Connection:
+        return self._pipe.conn
+
+    # -------------------------------------------------------------- connection
+    def fileno(self) -> int:
+        return self._pipe.fileno()
+
+    def in_flight(self) -> int:
+        return len(self._waiting)
+
+    def on_readable(self) -> None:
+        answers: list[Rows] = []
+        try:
+            self._pipe.read(answers)
+        except psycopg.OperationalError as exc:
+            self._fail(exc, self._pair(answers))
+            raise
+        self._run(self._pair(answers))
+
+    def wait(self, timeout: float = WAIT_TIMEOUT) -> None:
+        while self._waiting:
+            if not self._pipe.readable(timeout):
+                self.close()
+                raise psycopg.OperationalError(f"no answer from the server in {timeout} s")
+            self.on_readable()
+
+    def close(self) -> None:
+        try:
+            self._fail(psycopg.OperationalError("the claim connection was closed"), [])
+        finally:
+            self._pipe.close()
+
+    # ---------------------------------------------------------------- requests
+    def claim(
+        self,
+        queues: Sequence[str],
+        limit: int,
+        callback: Callable[[list[Delivery] | BaseException, bool], None],
+    ) -> None:
+        queues = list(dict.fromkeys(queues))
+
+        def answered(rows: Rows) -> None:
+            if isinstance(rows, BaseException):
+                callback(rows, False)
+            else:
+                callback(*claimed_deliveries(rows))
+
+        params = {"queues": queues, "queue": queues[0], "limit": int(limit)}
+        self._send(claim_key(queues), params, answered)
+
+    def ack(self, deliveries: Sequence[Delivery], callback: Answer) -> None:
+        held = list(deliveries)
+
+        def answered(rows: Rows) -> None:
+            if isinstance(rows, BaseException):
+                callback(rows)
+                return
+            landed = {r["id"] for r in rows}
+            self._store.rates_tally.acked(held, landed)
+            callback(landed)
+
+        self._send("ack", self._store._handles(held), answered)
+
+    def has_due(self, queues: Sequence[str], callback: Answer) -> None:
+        def answered(rows: Rows) -> None:
+            callback(rows if isinstance(rows, BaseException) else bool(rows and rows[0]["due"]))
+
+        self._send("has_due", {"queues": list(queues)}, answered)
+
+    def touch_queues(self, queues: Sequence[str], callback: Answer) -> None:
+        self._send("touch_queues", {"names": list(queues)}, _outcome(callback, lambda _: None))
+
+    def register(
+        self, address: int, chan: int, queues: Sequence[str], slots: int, callback: Answer
+    ) -> None:
+        params = {"pid": address, "chan": chan, "queues": list(queues), "slots": int(slots)}
+        self._send("register", params, _outcome(callback, lambda _: None))
+
+    def lease_acquire(self, name: str, owner: str, ttl: float, callback: Answer) -> None:
+        check_lease_ttl(ttl)
+        params = {"name": name, "owner": owner, "ttl": ttl}
+        self._send("lease_acquire", params, _outcome(callback, bool))
+
+    def maintain(self, job: str, callback: Answer) -> None:
+        store = self._store
+        params = store._maintenance_params(job)
+        self._send(job, params, _outcome(callback, lambda rows: store._maintained(job, rows)))
+
+    # ---------------------------------------------------------------- plumbing
+    def _send(self, key: str, params: Mapping[str, Any], callback: Callable[[Rows], None]) -> None:
+        """Send statement ``key``; ``callback`` gets its rows or its exception. Raises
+        :class:`psycopg.OperationalError` (after failing every callback in flight) when
+        the connection is lost."""
+        if self.broken:
+            raise psycopg.OperationalError("the claim connection was lost")
+        try:
+            self._pipe.send([(key, self._store._params(dict(params)))])
+            self._waiting.append(callback)
+            self._pipe.flush(self.on_readable)  # rare: the socket buffer is full
+        except psycopg.OperationalError as exc:
+            self._fail(exc, [])
+            raise
+
+    def _pair(self, answers: list[Rows]) -> list[tuple[Callable[[Rows], None], Rows]]:
+        return [(self._waiting.popleft(), answer) for answer in answers]
+
+    def _fail(self, exc: BaseException, answered: list) -> None:
+        """The connection is gone: run the callbacks already ``answered``, then give
+        ``exc`` to every request still in flight."""
+        self.broken = True
+        answered += [(callback, exc) for callback in self._waiting]
+        self._waiting.clear()
+        self._run(answered)
+
+    @staticmethod
+    def _run(answered: list[tuple[Callable[[Rows], None], Rows]]) -> None:
+        """Run every callback even if one raises; then raise the first error."""
+        error: BaseException | None = None
+        for callback, answer in answered:
+            try:
+                callback(answer)
+            except BaseException as exc:
+                error = error or exc
+        if error is not None:
+            raise error
+
+
+def _outcome(callback: Answer, convert: Callable[[Any], Any]) -> Callable[[Rows], None]:
+    """``callback`` with the rows converted, or with the exception as it is."""
+
+    def answered(rows: Rows) -> None:
+        callback(rows if isinstance(rows, BaseException) else convert(rows))
+
+    return answered

@@ -1,0 +1,690 @@
+-- The PostgreSQL engine's statements (see kombu_alkstore/store/sqlfile.py).
+--
+-- {jobs}, {dead}, ... are the schema's tables; every other {word} is a fragment below.
+-- Bound parameters are psycopg's %(name)s; %(channel)s (the store's NOTIFY channel) and
+-- %(lockspace)s (the first key of the waiters' advisory locks) are bound to every
+-- statement by the store.
+
+-- fragment: now
+-- The database's clock in epoch seconds: every time the store compares or stamps.
+extract(epoch FROM statement_timestamp())::float8
+
+-- fragment: token
+-- A fresh claim token (every claim, a worker's or a publisher's hand-off, gets one).
+floor(random() * 9000000000000000000)::bigint
+
+-- fragment: held_handles
+-- The claims an operation names: h(id, token).
+unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
+
+-- fragment: held
+-- The validity of an operation on a claim: right token, still held, deadline not passed.
+j.id = h.id AND j.token = h.token AND j.state = 'processing' AND j.deadline > {now}
+
+-- fragment: paused
+-- The paused queue names (see Store.pause_queue): claims and the due checks skip them
+-- with "<queue> <> ALL({paused})". Read once per statement (an InitPlan over the small
+-- paused_queues table), which also plans faster than a NOT EXISTS anti-join
+-- (benchmarks/web_cost.py times the claim with and without it).
+ARRAY(SELECT queue FROM {paused_queues})
+
+-- fragment: wake
+-- Announce a job on the store's channel: [run_at, queue] as JSON, from the columns
+-- run_at and queue of the statement's rows.
+pg_notify(%(channel)s, json_build_array(run_at, queue)::text)
+
+-- fragment: wake_now
+-- Announce due work on the column queue (no due time: due now).
+pg_notify(%(channel)s, json_build_array(NULL::float8, queue)::text)
+
+-- fragment: bump_routing
+-- Exchanges or bindings changed (a CTE "changed" returned rows): a new routing version,
+-- announced to every waiter.
+UPDATE {meta} SET value = (value::bigint + 1)::text
+WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM changed)
+RETURNING pg_notify(%(channel)s, '"routing"')
+
+-- fragment: offer_dead
+-- True for an offer (alias o) whose waiter is dead: a live one holds this lock
+-- (see postgres/waiter.py).
+pg_try_advisory_xact_lock_shared(%(lockspace)s::int, o.pid)
+
+-- fragment: transient
+-- A queue (alias q) declared transient (x-expires or x-message-ttl: event and reply
+-- queues), whose expired messages are dropped rather than dead-lettered.
+(q.expires IS NOT NULL OR q.message_ttl IS NOT NULL)
+
+-- fragment: dead_columns
+-- The columns a job keeps when it moves to the dead letters.
+id, queue, msg_id, body, priority, attempts, max_attempts, visibility_timeout,
+backoff_base, expires_at, created_at
+
+-- fragment: job_read
+-- A live job as Job(**row).
+id, queue, msg_id, body, priority, state, attempts, max_attempts, created_at, run_at,
+expires_at, deadline, NULL::float8 AS died_at, NULL::text AS last_error
+
+-- fragment: dead_read
+-- A dead letter as Job(**row).
+id, queue, msg_id, body, priority, 'dead' AS state, attempts, max_attempts, created_at,
+NULL::float8 AS run_at, expires_at, NULL::float8 AS deadline, died_at, last_error
+
+-- fragment: dead_filter
+-- The dashboard's dead-letter filter (admin.DeadFilter.params); every part optional.
+(%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(since)s::float8 IS NULL OR died_at >= %(since)s::float8)
+  AND (%(until)s::float8 IS NULL OR died_at < %(until)s::float8)
+  AND (%(error)s::text IS NULL OR strpos(lower(last_error), lower(%(error)s::text)) > 0)
+  AND (%(task1)s::bytea IS NULL OR position(%(task1)s::bytea IN body) > 0
+       OR position(%(task2)s::bytea IN body) > 0)
+
+-- fragment: dead_before
+-- Dead letters after a page's last one (b_at, b_id), newest first; all without one.
+(%(b_at)s::float8 IS NULL OR (died_at, id) < (%(b_at)s::float8, %(b_id)s::bigint))
+
+-- fragment: schedule_columns
+name, spec, interval, task, args, kwargs, options, next_at, origin, kind, tz, enabled,
+last_run_at, run_count, last_error, run_requested
+
+-- fragment: handoff_max_bytes
+-- The hand-off notification carries the job: its queue, message id and base64 body, as
+-- JSON text (escapes and base64 line breaks counted), take at most this many bytes, so
+-- with the other fields and their names (under 400 bytes) the object stays below
+-- NOTIFY's 8000-byte limit (see postgres/handoff.py).
+7600
+
+-- fragment: handoff_prefix
+-- A waiter's own notification channel is this prefix and its backend pid.
+'alkstore_w'
+
+-- name: ping
+SELECT 1 AS ok
+
+-- name: setup_lock
+-- Serialise concurrent setups of this schema (CREATE ... IF NOT EXISTS races).
+SELECT pg_advisory_xact_lock(hashtext(%(channel)s))
+
+-- name: meta_table
+SELECT to_regclass(%(meta)s) AS oid
+
+-- name: version
+SELECT value FROM {meta} WHERE key = 'schema_version'
+
+-- name: identify
+-- The broker's (database, jobs table oid, server start): one per database copy.
+SELECT current_database() AS database, to_regclass(%(jobs)s)::oid::bigint AS jobs,
+       extract(epoch FROM pg_postmaster_start_time())::float8 AS started
+
+-- name: waiter_start
+-- A waiter's backend: its pid (its address for hand-offs) and its own channel.
+SELECT pg_backend_pid() AS pid, {handoff_prefix} || pg_backend_pid() AS handoff_channel
+
+-- name: waiter_lock
+-- Held while the waiter lives: its offers are live (see offer_dead).
+SELECT pg_advisory_lock(%(lockspace)s::int, %(pid)s::int)
+
+-- name: withdraw_offers
+DELETE FROM {offers} WHERE pid = %(pid)s
+
+-- name: register
+-- The offer of an idle channel (see "insert"): one row, its slots shared by all its
+-- queues; no queues withdraws it.
+WITH gone AS (
+  DELETE FROM {offers}
+  WHERE pid = %(pid)s AND chan = %(chan)s AND cardinality(%(queues)s::text[]) = 0
+)
+INSERT INTO {offers} (pid, chan, queues, slots)
+SELECT %(pid)s, %(chan)s, %(queues)s::text[], %(slots)s
+WHERE cardinality(%(queues)s::text[]) > 0
+ON CONFLICT (pid, chan) DO UPDATE SET queues = EXCLUDED.queues, slots = EXCLUDED.slots
+
+-- name: insert
+-- A new due job goes to an idle consumer that offered a slot (a live row in "offers")
+-- already claimed, and the notification carries it (the hand-off object, decoded by
+-- postgres/handoff.py), so the consumer starts it without a claim round trip. Otherwise
+-- it is pending and announced on the channel.
+WITH q AS (SELECT * FROM {queues} WHERE name = %(queue)s),
+v AS (
+  SELECT COALESCE({now} + %(delay)s::float8, %(run_at)s::float8, {now}) AS run_at,
+         COALESCE(%(expires_at)s::float8, {now} + (SELECT message_ttl FROM q)) AS expires_at,
+         COALESCE(%(ma)s::int, (SELECT max_attempts FROM q), %(d_ma)s::int) AS max_attempts,
+         COALESCE(%(vt)s::float8, (SELECT visibility_timeout FROM q), %(d_vt)s::float8) AS vt,
+         COALESCE(%(bb)s::float8, (SELECT backoff_base FROM q), %(d_bb)s::float8) AS bb,
+         {now} AS now
+),
+w AS (
+  UPDATE {offers} w SET slots = w.slots - 1
+  FROM (
+    SELECT o.pid, o.chan FROM {offers} o, v
+    WHERE %(handoff)s::boolean AND %(queue)s = ANY(o.queues) AND o.slots > 0
+      AND v.run_at <= v.now AND (v.expires_at IS NULL OR v.expires_at > v.now)
+      AND octet_length(json_build_array(%(queue)s::text, %(msg_id)s::text,
+            encode(%(body)s::bytea, 'base64'))::text) <= {handoff_max_bytes}
+      AND NOT {offer_dead}  -- a dead one's row is skipped (and deleted by dead_offers)
+      -- nor is a job of a paused queue handed off (correlated to the offer row, so it
+      -- is probed only when a worker is idle)
+      AND NOT EXISTS (SELECT 1 FROM {paused_queues} pq
+                      WHERE pq.queue = %(queue)s AND o.slots > 0)
+    ORDER BY o.slots DESC  -- the idlest: a burst spreads over the idle workers
+    LIMIT 1
+    FOR UPDATE OF o SKIP LOCKED
+  ) pick
+  WHERE w.pid = pick.pid AND w.chan = pick.chan
+  RETURNING w.pid, w.chan
+),
+ins AS (
+  INSERT INTO {jobs} (queue, msg_id, body, priority, run_at, expires_at, max_attempts,
+                      visibility_timeout, backoff_base, created_at,
+                      state, attempts, token, deadline)
+  SELECT %(queue)s, %(msg_id)s, %(body)s::bytea, %(priority)s,
+         CASE WHEN w.pid IS NULL THEN v.run_at ELSE v.now + v.vt END,
+         v.expires_at, v.max_attempts, v.vt, v.bb, v.now,
+         CASE WHEN w.pid IS NULL THEN 'pending' ELSE 'processing' END,
+         CASE WHEN w.pid IS NULL THEN 0 ELSE 1 END,
+         CASE WHEN w.pid IS NULL THEN NULL ELSE {token} END,
+         CASE WHEN w.pid IS NULL THEN NULL ELSE v.now + v.vt END
+  FROM v LEFT JOIN w ON true
+  RETURNING id, queue, run_at, token, priority, attempts, max_attempts, backoff_base,
+            deadline, msg_id, body, visibility_timeout
+)
+SELECT ins.id, CASE
+  WHEN w.pid IS NULL THEN {wake}
+  ELSE pg_notify({handoff_prefix} || w.pid, {handoff_object})
+  END AS notified
+FROM ins LEFT JOIN w ON true
+
+-- fragment: handoff_object
+-- The hand-off wire format: one JSON object, the Delivery's fields by name and the
+-- channel it was handed to (decoded by postgres/handoff.py, and nowhere else).
+json_build_object(
+  'chan', w.chan, 'id', ins.id, 'token', ins.token, 'queue', ins.queue,
+  'priority', ins.priority, 'attempts', ins.attempts, 'max_attempts', ins.max_attempts,
+  'backoff_base', ins.backoff_base, 'deadline', ins.deadline, 'msg_id', ins.msg_id,
+  'body', encode(ins.body, 'base64'), 'visibility_timeout', ins.visibility_timeout
+)::text
+
+-- fragment: due_one
+-- The claim's candidates on one queue. "queue = %(queue)s" lets the planner walk the
+-- claim index in order and stop at LIMIT.
+SELECT j.id, j.run_at AS was_due, (j.attempts >= j.max_attempts) AS spent
+FROM {jobs} j
+WHERE j.queue = %(queue)s AND j.run_at <= {now}
+  AND (j.expires_at IS NULL OR j.expires_at > {now})
+  AND %(queue)s <> ALL({paused})
+ORDER BY j.priority DESC, j.run_at, j.id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- fragment: due_any
+-- The candidates on several queues: "queue = ANY(...)" would gather and sort every due
+-- row, so the best rows of each queue (each an ordered index walk), then the best overall.
+SELECT c.id, c.run_at AS was_due, c.spent
+FROM unnest(%(queues)s::text[]) AS qn(name)
+CROSS JOIN LATERAL (
+  SELECT j.id, j.priority, j.run_at, (j.attempts >= j.max_attempts) AS spent
+  FROM {jobs} j
+  WHERE j.queue = qn.name AND j.run_at <= {now}
+    AND (j.expires_at IS NULL OR j.expires_at > {now})
+  ORDER BY j.priority DESC, j.run_at, j.id
+  LIMIT %(limit)s
+  FOR UPDATE SKIP LOCKED
+) c
+WHERE qn.name <> ALL({paused})
+ORDER BY c.priority DESC, c.run_at, c.id
+LIMIT %(limit)s
+
+-- fragment: claim_due
+-- Claim the candidates "due": a spent one (a lapsed claim with no attempt left) goes to
+-- the dead letters, and one row with a NULL id says how many did (places they took).
+gone AS (
+  DELETE FROM {jobs} j USING due WHERE j.id = due.id AND due.spent
+  RETURNING j.*
+),
+buried AS (
+  INSERT INTO {dead} ({dead_columns}, died_at, last_error)
+  SELECT {dead_columns}, {now}, 'attempts exhausted' FROM gone RETURNING id
+),
+claimed AS (
+  UPDATE {jobs} j
+  SET state = 'processing', attempts = j.attempts + 1,
+      token = {token},
+      deadline = {now} + j.visibility_timeout, run_at = {now} + j.visibility_timeout
+  FROM due
+  WHERE j.id = due.id AND NOT due.spent
+  RETURNING j.id, j.token, j.queue, j.body, j.priority, j.attempts, j.max_attempts,
+            j.backoff_base, j.deadline, due.was_due, j.msg_id, j.visibility_timeout,
+            j.revoked_at IS NOT NULL AS revoked
+)
+SELECT * FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, count(*)::int, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM buried HAVING count(*) > 0
+
+-- name: claim_one
+WITH due AS ({due_one}),
+{claim_due}
+
+-- name: claim_any
+WITH due AS ({due_any}),
+{claim_due}
+
+-- name: has_due
+SELECT EXISTS (
+  SELECT 1 FROM unnest(%(queues)s::text[]) AS qn(name)
+  WHERE EXISTS (SELECT 1 FROM {jobs} j WHERE j.queue = qn.name AND j.run_at <= {now})
+    AND qn.name <> ALL({paused})
+) AS due
+
+-- name: size
+SELECT count(*) AS size FROM {jobs} WHERE queue = %(queue)s AND state = 'pending'
+
+-- name: next_due
+-- min(run_at) of the pending jobs, by a loose index scan of the claim index: one seek
+-- per priority present in each queue, not a scan of every pending row.
+SELECT min(first.run_at) AS next_due FROM unnest(%(queues)s::text[]) AS qn(name)
+CROSS JOIN LATERAL (
+  WITH RECURSIVE prio(p) AS (
+    (SELECT priority FROM {jobs} WHERE queue = qn.name ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.priority FROM {jobs} j WHERE j.queue = qn.name AND j.priority < prio.p
+            ORDER BY j.priority DESC LIMIT 1)
+    FROM prio WHERE prio.p IS NOT NULL
+  )
+  SELECT (SELECT j.run_at FROM {jobs} j
+          WHERE j.queue = qn.name AND j.priority = prio.p AND j.state = 'pending'
+            AND (j.expires_at IS NULL OR j.expires_at > {now})
+          ORDER BY j.run_at LIMIT 1) AS run_at
+  FROM prio WHERE prio.p IS NOT NULL
+) first
+WHERE qn.name <> ALL({paused})
+
+-- name: ack
+DELETE FROM {jobs} j USING {held_handles}
+WHERE {held} RETURNING j.id
+
+-- name: heartbeat
+UPDATE {jobs} j
+SET deadline = {now} + COALESCE(%(extend)s::float8, j.visibility_timeout),
+    run_at = {now} + COALESCE(%(extend)s::float8, j.visibility_timeout)
+FROM {held_handles}
+WHERE {held} RETURNING j.id
+
+-- name: pend
+WITH moved AS (
+  UPDATE {jobs} j
+  SET state = 'pending', token = NULL, deadline = NULL, run_at = {now} + h.delay,
+      attempts = j.attempts - h.refund
+  FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(delays)s::float8[], %(refunds)s::int[])
+       AS h(id, token, delay, refund)
+  WHERE {held} RETURNING j.id, j.queue, j.run_at
+)
+SELECT id, {wake} AS notified FROM moved
+
+-- name: kill
+WITH gone AS (
+  DELETE FROM {jobs} j USING {held_handles}
+  WHERE {held} RETURNING j.*
+)
+INSERT INTO {dead} ({dead_columns}, died_at, last_error)
+SELECT {dead_columns}, {now}, %(error)s FROM gone RETURNING id
+
+-- name: revoke
+-- A revoke is an operator's rare act: a scan of the jobs by task id is fine here.
+UPDATE {jobs} SET revoked_at = {now}
+WHERE msg_id = ANY(%(ids)s::text[]) AND revoked_at IS NULL
+
+-- name: revoked_among
+SELECT id FROM {jobs} WHERE id = ANY(%(job_ids)s::bigint[]) AND revoked_at IS NOT NULL
+
+-- name: expire
+-- Maintenance: one statement per job of base.MAINTENANCE_JOBS, each returning one row
+-- of MaintenanceResult's columns (count, and dropped or queues where the job has them).
+-- Expiry is about starting: a running job (a live claim) is left to finish. "count" is
+-- the jobs dead-lettered, "dropped" those of transient queues dropped.
+WITH expired AS (
+  DELETE FROM {jobs} j WHERE j.expires_at IS NOT NULL AND j.expires_at <= {now}
+    AND (j.state = 'pending' OR j.deadline <= {now})
+  RETURNING j.*
+),
+buried AS (
+  INSERT INTO {dead} ({dead_columns}, died_at, last_error)
+  SELECT {dead_columns}, {now}, 'expired' FROM expired e
+  WHERE NOT EXISTS (SELECT 1 FROM {queues} q WHERE q.name = e.queue AND {transient})
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM buried)::int AS count,
+       ((SELECT count(*) FROM expired) - (SELECT count(*) FROM buried))::int AS dropped
+
+-- name: lapsed
+-- Lapsed claims with no attempt left go to the dead letters, as a claim would bury them
+-- (for queues no one consumes); expired ones are left to "expire".
+WITH gone AS (
+  DELETE FROM {jobs} j
+  WHERE j.state = 'processing' AND j.deadline <= {now} AND j.attempts >= j.max_attempts
+    AND (j.expires_at IS NULL OR j.expires_at > {now})
+  RETURNING j.*
+),
+buried AS (
+  INSERT INTO {dead} ({dead_columns}, died_at, last_error)
+  SELECT {dead_columns}, {now}, 'attempts exhausted' FROM gone RETURNING 1
+)
+SELECT count(*)::int AS count FROM buried
+
+-- name: retention
+WITH purged AS (
+  DELETE FROM {dead} d
+  WHERE d.died_at < {now} - COALESCE(
+    (SELECT dead_letter_retention FROM {queues} q WHERE q.name = d.queue),
+    %(retention)s::float8)
+  RETURNING 1
+)
+SELECT count(*)::int AS count FROM purged
+
+-- name: dead_offers
+WITH stale AS (DELETE FROM {offers} o WHERE {offer_dead} RETURNING 1)
+SELECT count(*)::int AS count FROM stale
+
+-- name: expired_queues
+-- Queues unused past their x-expires (at least the grace), with their bindings and
+-- jobs; a new routing version when bindings went.
+WITH dropped AS (
+  DELETE FROM {queues} q
+  WHERE q.expires IS NOT NULL AND q.last_used + GREATEST(q.expires, %(grace)s) < {now}
+  RETURNING q.name
+),
+changed AS (DELETE FROM {bindings} b USING dropped WHERE b.queue = dropped.name RETURNING 1),
+emptied AS (DELETE FROM {jobs} j USING dropped WHERE j.queue = dropped.name),
+bumped AS ({bump_routing})
+SELECT (SELECT count(*) FROM dropped)::int AS count,
+       (SELECT array_agg(name ORDER BY name) FROM dropped) AS queues
+
+-- name: get_job_by_id
+SELECT {job_read} FROM {jobs} WHERE id = %(id)s
+UNION ALL SELECT {dead_read} FROM {dead} WHERE id = %(id)s
+
+-- name: get_job_by_msg
+(SELECT {job_read} FROM {jobs} WHERE msg_id = %(id)s ORDER BY id DESC LIMIT 1)
+UNION ALL
+(SELECT {dead_read} FROM {dead} WHERE msg_id = %(id)s ORDER BY died_at DESC LIMIT 1)
+LIMIT 1
+
+-- name: counts
+WITH live AS (
+  SELECT queue,
+         count(*) FILTER (WHERE state = 'pending' AND run_at <= {now}) AS pending,
+         count(*) FILTER (WHERE state = 'pending' AND run_at > {now}) AS delayed,
+         count(*) FILTER (WHERE state = 'processing') AS processing,
+         {now} - min(created_at) FILTER (WHERE state = 'pending' AND run_at <= {now}) AS age
+  FROM {jobs} WHERE %(queues)s::text[] IS NULL OR queue = ANY(%(queues)s)
+  GROUP BY queue
+),
+dl AS (
+  SELECT queue, count(*) AS dead FROM {dead}
+  WHERE %(queues)s::text[] IS NULL OR queue = ANY(%(queues)s) GROUP BY queue
+),
+names AS (
+  SELECT queue FROM live UNION SELECT queue FROM dl
+  UNION SELECT unnest(COALESCE(%(queues)s::text[], '{}'))
+)
+SELECT n.queue, COALESCE(live.pending, 0) AS pending, COALESCE(live.delayed, 0) AS delayed,
+       COALESCE(live.processing, 0) AS processing, COALESCE(dl.dead, 0) AS dead,
+       live.age AS oldest_age
+FROM names n LEFT JOIN live USING (queue) LEFT JOIN dl USING (queue)
+ORDER BY n.queue
+
+-- name: purge
+DELETE FROM {jobs} WHERE queue = %(queue)s AND state = 'pending'
+
+-- name: scheduled
+SELECT {job_read} FROM {jobs}
+WHERE state = 'pending' AND run_at > {now} AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+ORDER BY run_at, id LIMIT %(limit)s
+
+-- name: peek
+SELECT {job_read} FROM {jobs}
+WHERE queue = %(queue)s AND state = 'pending'
+ORDER BY priority DESC, run_at, id LIMIT %(limit)s
+
+-- name: claim_stats
+WITH p AS (
+  SELECT queue, count(*) AS n, min(created_at) AS oldest, min(deadline) AS deadline
+  FROM {jobs} WHERE state = 'processing' GROUP BY queue
+),
+w AS (
+  SELECT qn.queue, count(*) AS offers, sum(o.slots) AS slots
+  FROM {offers} o CROSS JOIN LATERAL unnest(o.queues) AS qn(queue) GROUP BY qn.queue
+)
+SELECT COALESCE(p.queue, w.queue) AS queue, COALESCE(p.n, 0) AS processing,
+       p.oldest AS oldest_created, p.deadline AS next_deadline,
+       COALESCE(w.offers, 0) AS offers, COALESCE(w.slots, 0)::int AS offered_slots
+FROM p FULL JOIN w ON p.queue = w.queue ORDER BY 1
+
+-- name: dead_list
+SELECT {dead_read} FROM {dead}
+WHERE %(queue)s::text IS NULL OR queue = %(queue)s
+ORDER BY died_at DESC, id DESC LIMIT %(limit)s
+
+-- name: dead_requeue
+WITH back AS (
+  DELETE FROM {dead}
+  WHERE (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s))
+    AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  RETURNING *
+),
+ins AS (
+  INSERT INTO {jobs} (id, queue, msg_id, body, priority, run_at, expires_at, attempts,
+                      max_attempts, visibility_timeout, backoff_base, created_at)
+  SELECT id, queue, msg_id, body, priority, {now}, NULL, 0, max_attempts,
+         visibility_timeout, backoff_base, created_at FROM back
+  RETURNING queue
+)
+SELECT {wake_now} AS notified FROM ins
+
+-- name: dead_move
+WITH back AS (DELETE FROM {dead} WHERE id = ANY(%(ids)s::bigint[]) RETURNING *),
+ins AS (
+  INSERT INTO {jobs} (id, queue, msg_id, body, priority, run_at, expires_at, attempts,
+                      max_attempts, visibility_timeout, backoff_base, created_at)
+  SELECT id, %(to)s, msg_id, body, priority, {now}, NULL, 0, max_attempts,
+         visibility_timeout, backoff_base, created_at FROM back
+  RETURNING id
+),
+woke AS (SELECT {wake_now} AS notified FROM (SELECT %(to)s::text AS queue) AS t)
+SELECT ins.id FROM ins, woke
+
+-- name: dead_purge
+DELETE FROM {dead}
+WHERE (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s))
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+
+-- name: dead_explain
+UPDATE {dead} SET last_error = %(error)s WHERE msg_id = %(msg_id)s AND last_error = %(was)s
+
+-- name: dead_search
+SELECT {dead_read} FROM {dead}
+WHERE {dead_filter} AND {dead_before}
+ORDER BY died_at DESC, id DESC LIMIT %(limit)s
+
+-- name: dead_search_window
+SELECT {dead_read} FROM (
+  SELECT * FROM {dead} WHERE {dead_before}
+  ORDER BY died_at DESC, id DESC LIMIT %(scan)s
+) AS w
+WHERE {dead_filter}
+ORDER BY died_at DESC, id DESC LIMIT %(limit)s
+
+-- name: dead_window
+-- The last row of a window, if any row follows it (else the search is complete).
+SELECT died_at, id FROM {dead} WHERE {dead_before}
+ORDER BY died_at DESC, id DESC OFFSET %(scan)s - 1 LIMIT 2
+
+-- name: dead_count
+SELECT count(*) AS count FROM (SELECT 1 FROM {dead} WHERE {dead_filter} LIMIT %(cap)s) AS m
+
+-- name: dead_ids
+SELECT id FROM {dead} WHERE {dead_filter} AND id > %(after)s ORDER BY id LIMIT %(limit)s
+
+-- name: queue_pause
+INSERT INTO {paused_queues} (queue, paused_at) VALUES (%(name)s, {now})
+ON CONFLICT (queue) DO NOTHING RETURNING queue
+
+-- name: queue_resume
+WITH gone AS (DELETE FROM {paused_queues} WHERE queue = %(name)s RETURNING queue)
+SELECT queue, {wake_now} AS notified FROM gone
+
+-- name: paused_list
+SELECT queue, paused_at FROM {paused_queues} ORDER BY queue
+
+-- name: rates_add
+INSERT INTO {rates} AS r (queue, minute, published, acked)
+SELECT q, m, sum(p), sum(a) FROM (
+  SELECT * FROM unnest(%(queues)s::text[], %(minutes)s::float8[], %(pub)s::bigint[],
+                       %(ack)s::bigint[]) AS x(q, m, p, a)
+  UNION ALL
+  SELECT q, %(total)s::float8, p, a FROM unnest(%(queues)s::text[], %(pub)s::bigint[],
+                                               %(ack)s::bigint[]) AS y(q, p, a)
+) c GROUP BY q, m
+ON CONFLICT (queue, minute) DO UPDATE
+SET published = r.published + EXCLUDED.published, acked = r.acked + EXCLUDED.acked
+
+-- name: rates_since
+SELECT queue, minute, published, acked FROM {rates}
+WHERE minute >= %(since)s AND minute > 0 ORDER BY minute, queue
+
+-- name: rates_totals
+SELECT queue, minute, published, acked FROM {rates} WHERE minute = %(total)s ORDER BY queue
+
+-- name: rates_trim
+DELETE FROM {rates} WHERE minute < %(before)s AND minute > 0
+
+-- name: exchange_declare
+WITH changed AS (
+  INSERT INTO {exchanges} (name, type) VALUES (%(name)s, %(type)s)
+  ON CONFLICT (name) DO UPDATE SET type = EXCLUDED.type
+  WHERE {exchanges}.type IS DISTINCT FROM EXCLUDED.type RETURNING 1
+)
+{bump_routing}
+
+-- name: exchange_type
+SELECT type FROM {exchanges} WHERE name = %(name)s
+
+-- name: exchange_delete
+WITH changed AS (DELETE FROM {exchanges} WHERE name = %(name)s RETURNING 1),
+unbound AS (DELETE FROM {bindings} WHERE exchange = %(name)s)
+{bump_routing}
+
+-- name: bind
+WITH changed AS (
+  INSERT INTO {bindings} (exchange, routing_key, queue) VALUES (%(exchange)s, %(rk)s, %(queue)s)
+  ON CONFLICT DO NOTHING RETURNING 1
+)
+{bump_routing}
+
+-- name: unbind
+WITH changed AS (
+  DELETE FROM {bindings} WHERE exchange = %(exchange)s AND routing_key = %(rk)s
+  AND queue = %(queue)s RETURNING 1
+)
+{bump_routing}
+
+-- name: bindings
+SELECT routing_key, queue FROM {bindings} WHERE exchange = %(exchange)s
+
+-- name: routing_version
+SELECT value FROM {meta} WHERE key = 'routing_version'
+
+-- name: queue_declare
+INSERT INTO {queues} (name, message_ttl, expires, last_used)
+VALUES (%(name)s, %(ttl)s, %(expires)s, {now})
+ON CONFLICT (name) DO UPDATE SET message_ttl = EXCLUDED.message_ttl,
+  expires = EXCLUDED.expires, last_used = EXCLUDED.last_used
+
+-- name: queue_exists
+SELECT 1 AS found FROM {queues} WHERE name = %(name)s
+
+-- name: queue_delete
+WITH gone AS (DELETE FROM {queues} WHERE name = %(name)s),
+changed AS (DELETE FROM {bindings} WHERE queue = %(name)s RETURNING 1),
+emptied AS (DELETE FROM {jobs} WHERE queue = %(name)s RETURNING 1),
+bumped AS ({bump_routing})
+SELECT count(*) AS deleted FROM emptied
+
+-- name: touch_queues
+UPDATE {queues} SET last_used = {now} WHERE name = ANY(%(names)s)
+
+-- name: lease_acquire
+INSERT INTO {leases} (name, owner, expires_at) VALUES (%(name)s, %(owner)s, {now} + %(ttl)s)
+ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at
+WHERE {leases}.owner = EXCLUDED.owner OR {leases}.expires_at <= {now}
+RETURNING owner
+
+-- name: lease_release
+DELETE FROM {leases} WHERE name = %(name)s AND owner = %(owner)s
+
+-- name: lease_holder
+SELECT owner FROM {leases} WHERE name = %(name)s AND expires_at > {now}
+
+-- name: schedule_upsert
+-- Beat schedules. An upsert keeps the lifecycle columns (enabled, last run, run count,
+-- last error, a pending run-now) and, with "keep", the stored next_at while the kind,
+-- spec and time zone are unchanged (the grid survives restarts and other edits).
+INSERT INTO {schedules} (name, spec, interval, task, args, kwargs, options, next_at, origin,
+                         kind, tz, updated_at)
+VALUES (%(name)s, %(spec)s, %(interval)s, %(task)s, %(args)s, %(kwargs)s, %(options)s,
+        %(next_at)s, %(origin)s, %(kind)s, %(tz)s, {now})
+ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, interval = EXCLUDED.interval,
+  task = EXCLUDED.task, args = EXCLUDED.args, kwargs = EXCLUDED.kwargs,
+  options = EXCLUDED.options, origin = EXCLUDED.origin, updated_at = EXCLUDED.updated_at,
+  kind = EXCLUDED.kind, tz = EXCLUDED.tz,
+  next_at = CASE WHEN %(keep)s AND ({schedules}.kind, {schedules}.spec, {schedules}.tz)
+                                = (EXCLUDED.kind, EXCLUDED.spec, EXCLUDED.tz)
+                 THEN {schedules}.next_at ELSE EXCLUDED.next_at END
+
+-- name: schedule_delete
+DELETE FROM {schedules} WHERE name = %(name)s
+
+-- name: schedule_list
+SELECT {schedule_columns} FROM {schedules} ORDER BY name
+
+-- name: schedule_get
+SELECT {schedule_columns} FROM {schedules} WHERE name = %(name)s
+
+-- name: schedule_clock
+-- The database's clock: what "due" is measured against (never a beat host's clock).
+SELECT {now} AS now
+
+-- name: schedule_due
+SELECT {schedule_columns} FROM {schedules}
+WHERE (enabled AND next_at <= %(now)s) OR run_requested IS NOT NULL
+ORDER BY next_at, name
+FOR UPDATE SKIP LOCKED
+
+-- name: schedule_advance
+-- One boundary fired: the next one, guarded by the one fired (a second ticker's advance
+-- of the same boundary matches no row).
+UPDATE {schedules} SET next_at = %(new)s, last_run_at = %(now)s, run_count = run_count + 1,
+  last_error = NULL
+WHERE name = %(name)s AND next_at = %(prev)s
+
+-- name: schedule_skip
+-- Missed boundaries beyond the catch-up limit: skipped, not counted as runs.
+UPDATE {schedules} SET next_at = %(new)s WHERE name = %(name)s AND next_at = %(prev)s
+
+-- name: schedule_ran_now
+UPDATE {schedules} SET run_requested = NULL, last_run_at = %(now)s,
+  run_count = run_count + 1, last_error = NULL
+WHERE name = %(name)s AND run_requested = %(requested)s
+
+-- name: schedule_failed
+UPDATE {schedules} SET last_error = %(error)s WHERE name = %(name)s
+
+-- name: schedule_run_now
+UPDATE {schedules} SET run_requested = COALESCE(run_requested, {now}) WHERE name = %(name)s
+
+-- name: schedule_disable
+UPDATE {schedules} SET enabled = false WHERE name = %(name)s
+
+-- name: schedule_enable
+-- Re-enabled: the next boundary on the same grid after now (computed by the caller).
+UPDATE {schedules} SET enabled = true, next_at = %(new)s
+WHERE name = %(name)s AND next_at = %(prev)s

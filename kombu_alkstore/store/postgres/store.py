@@ -1,0 +1,518 @@
+"""The PostgreSQL store: psycopg 3 with connection pools, ``FOR UPDATE SKIP LOCKED``
+claims and ``LISTEN/NOTIFY`` wake-ups; its statements are in ``queries.sql``."""
+
+from __future__ import annotations
+
+import os
+import threading
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ...errors import ConfigurationError, StoreUnavailable
+from ..admin import TOTAL_MINUTE, RatePoint
+from ..adopt import driver_connection
+from ..base import (
+    AMBIENT,
+    EXCHANGE_TYPES,
+    MAINTENANCE_JOBS,
+    STATEMENTS,
+    Capabilities,
+    Delivery,
+    Job,
+    MaintenanceResult,
+    NewJob,
+    QueueCounts,
+    Row,
+    ScheduleTick,
+    Store,
+)
+from ..options import StoreOptions, StoreURL, check_text_params, validate_name
+from ..schema import SCHEMA_VERSION, require_current
+from ..sqlfile import load_queries
+from .claims import STATEMENTS as SESSION_STATEMENTS
+from .claims import PostgresClaimSession, claim_key, claimed_deliveries
+from .publisher import PipelinedPublisher
+from .waiter import PostgresWaiter
+
+T = TypeVar("T")
+#: Seconds a statement waits for a pooled connection (the database may be down).
+POOL_TIMEOUT = 10.0
+#: ... and a connection check, which should fail fast so kombu's retry backoff applies.
+PING_TIMEOUT = 3.0
+#: Statements run on the pool that does not wait for the WAL flush (see __init__).
+_FAST_KEYS = ("claim_one", "claim_any", "ack", "heartbeat", "pend", "kill", "touch_queues")
+_FAST_KEYS += MAINTENANCE_JOBS
+#: The statements this engine runs itself, beyond the base class's.
+_OWN_STATEMENTS = frozenset(
+    [
+        "ping",
+        "setup_lock",
+        "meta_table",
+        "version",
+        "identify",
+        "waiter_start",
+        "waiter_lock",
+        "withdraw_offers",
+        "insert",
+        "heartbeat",
+        "pend",
+        "kill",
+        "next_due",
+        "counts",
+        "dead_list",
+        "dead_requeue",
+        "dead_move",
+        "dead_purge",
+        "rates_add",
+        "exchange_declare",
+        "exchange_delete",
+        "bind",
+        "unbind",
+        "queue_delete",
+        *SESSION_STATEMENTS,
+    ]
+)
+
+
+class PostgresStore(Store):
+    """The store on PostgreSQL 13+, in its own schema."""
+
+    engine = "postgresql"
+    capabilities = Capabilities(
+        listener=True,
+        handoff=True,
+        session=True,
+        pipelined_publish=True,
+        declare_outside_transaction=True,
+    )
+    connection_errors = (
+        StoreUnavailable,
+        psycopg.OperationalError,
+        psycopg.InterfaceError,
+        PoolTimeout,
+    )
+    database_errors = (StoreUnavailable, psycopg.Error, PoolTimeout)
+
+    def __init__(self, url: StoreURL, options: StoreOptions) -> None:
+        super().__init__(url, options)
+        self._pid = os.getpid()
+        #: The store's NOTIFY channel (bound to every statement as ``%(channel)s``).
+        self.channel = f"alkstore_{options.schema}"
+        #: The first key of the advisory locks that mark live waiters (see PostgresWaiter).
+        self.lockspace = zlib.crc32(self.channel.encode()) & 0x7FFFFFFF
+        self._sql = load_queries(
+            __package__, "queries.sql", self.names, required=STATEMENTS | _OWN_STATEMENTS
+        )
+        try:
+            # One direct connection first so an unreachable database is a clear error now.
+            with psycopg.connect(
+                url.conninfo, autocommit=True, connect_timeout=10, row_factory=dict_row
+            ) as conn:
+                if options.setup:
+                    self._setup(conn)
+                else:
+                    where = f"schema {options.schema!r} of {url.masked()}"
+                    require_current(self._stored_version(conn), where)
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(
+                f"cannot connect to PostgreSQL at {url.masked()}: {str(exc).strip()}"
+            ) from exc
+        self._pool = self._new_pool("durable", {})
+        # Claims, acks, heartbeats and maintenance commit without waiting for the WAL
+        # flush: one lost in a database crash only makes its message deliverable again,
+        # which at-least-once delivery already allows. Publishes stay durable unless
+        # ``durable_publish`` is off. (Not behind a transaction-mode pooler, which
+        # refuses session startup options: there every commit waits.)
+        self._fast = self._new_pool("fast", self._no_sync_commit())
+        self._fast_keys = set(_FAST_KEYS)
+        self._publisher: PipelinedPublisher | None = None
+        self._publisher_lock = threading.Lock()
+        if not options.durable_publish:
+            self._fast_keys.add("insert")
+
+    def _no_sync_commit(self) -> dict[str, Any]:
+        """Connection options for commits that need not wait for the WAL flush."""
+        if self.options.transaction_pooler:
+            return {}
+        return {"options": "-c synchronous_commit=off"}
+
+    def _session_kwargs(self) -> dict[str, Any]:
+        """psycopg options every connection to the broker URL gets: behind a
+        transaction-mode pooler, no server-side prepared statements."""
+        return {"prepare_threshold": None} if self.options.transaction_pooler else {}
+
+    def _new_pool(self, kind: str, kwargs: dict[str, Any]) -> ConnectionPool:
+        return ConnectionPool(
+            self.url.conninfo,
+            min_size=0,  # connect on first use; idle ones are closed after pool_max_idle
+            max_size=self.options.pool_max_size,
+            max_idle=self.options.pool_max_idle,
+            kwargs={
+                "autocommit": True,
+                "row_factory": dict_row,
+                **self._session_kwargs(),
+                **kwargs,
+            },
+            timeout=POOL_TIMEOUT,
+            open=True,
+            name=f"alkstore-{self.options.schema}-{kind}",
+        )
+
+    # ------------------------------------------------------------------ plumbing
+    def _with_conn(self, work: Callable[[psycopg.Connection], T], key: str = "") -> T:
+        """Run ``work`` on a pooled connection (or the caller's, when one is bound).
+
+        A pooled connection found broken (the server restarted, the backend was
+        terminated) is discarded and ``work`` retried once on a fresh one.
+        """
+        ambient = AMBIENT.get()
+        if ambient is not None:
+            return work(self._adopt(ambient))
+        pool = self._fast if key in self._fast_keys else self._pool
+        for attempt in (0, 1):
+            with pool.connection() as conn:
+                try:
+                    return work(conn)
+                except psycopg.OperationalError:
+                    if attempt or not conn.broken:
+                        raise
+            pool.check()  # drop the other idle connections the restart broke too
+        raise AssertionError("unreachable")
+
+    def _params(self, params: dict[str, Any] | None) -> dict[str, Any]:
+        # Every statement may name the NOTIFY channel and the lockspace; psycopg ignores
+        # unused keys.
+        args = {"channel": self.channel, "lockspace": self.lockspace, **(params or {})}
+        check_text_params(args)
+        return args
+
+    def _execute(self, key: str, params: dict[str, Any] | None) -> Callable:
+        """``work`` for :meth:`_with_conn`: statement ``key`` on a cursor whose rows are
+        mappings (a caller's bound connection keeps its own row factory)."""
+        sql, args = self._sql[key], self._params(params)
+        return lambda conn: conn.cursor(row_factory=dict_row).execute(sql, args)
+
+    def _all(self, key: str, params: dict[str, Any] | None = None) -> list[Row]:
+        run = self._execute(key, params)
+        return self._with_conn(lambda c: run(c).fetchall(), key)
+
+    def _one(self, key: str, params: dict[str, Any] | None = None) -> Row | None:
+        run = self._execute(key, params)
+        return self._with_conn(lambda c: run(c).fetchone(), key)
+
+    def _run(self, key: str, params: dict[str, Any] | None = None) -> int:
+        run = self._execute(key, params)
+        return self._with_conn(lambda c: run(c).rowcount, key)
+
+    def close(self) -> None:
+        if os.getpid() == self._pid:  # a forked child must not close its parent's sockets
+            self.rates_tally.close()
+            if self._publisher is not None:
+                self._publisher.close()
+            self._pool.close()
+            self._fast.close()
+
+    # --------------------------------------------------------------------- setup
+    def _setup(self, conn: psycopg.Connection) -> None:
+        with conn.transaction():
+            conn.execute(self._sql["setup_lock"], self._params(None))
+            # Up to date: run no DDL, whose table locks would contend with live traffic.
+            if self._stored_version(conn) == SCHEMA_VERSION:
+                return
+            for stmt in self.ddl():
+                conn.execute(stmt)
+
+    def _stored_version(self, conn: psycopg.Connection) -> int | None:
+        cur = conn.cursor(row_factory=dict_row)
+        meta = cur.execute(self._sql["meta_table"], {"meta": self.names["meta"]}).fetchone()
+        if not meta or meta["oid"] is None:
+            return None
+        row = cur.execute(self._sql["version"]).fetchone()
+        return int(row["value"]) if row else None
+
+    def setup(self) -> None:
+        with self._pool.connection() as conn:
+            self._setup(conn)
+
+    def schema_version(self) -> int | None:
+        ambient = AMBIENT.get()
+        if ambient is not None:
+            return self._stored_version(self._adopt(ambient))
+        with self._pool.connection() as conn:
+            return self._stored_version(conn)
+
+    # ------------------------------------------------------------------- enqueue
+    def _insert_params(self, j: NewJob) -> dict[str, Any]:
+        return self._params(
+            {
+                **self._job_params(j),
+                "run_at": j.run_at,
+                "delay": j.delay,
+                # A job published inside the caller's transaction is never handed off:
+                # the waiter's row would stay locked for as long as that transaction runs.
+                "handoff": AMBIENT.get() is None,
+            }
+        )
+
+    def _insert(self, jobs: list[NewJob]) -> list[int]:
+        return self._insert_rows([self._insert_params(j) for j in jobs])
+
+    def _insert_rows(self, params: list[dict[str, Any]]) -> list[int]:
+        """Insert jobs whose parameters :meth:`_insert_params` made (and checked)."""
+        sql = self._sql["insert"]
+        if len(params) == 1:
+
+            def insert_one(conn: psycopg.Connection) -> int:
+                return conn.cursor(row_factory=dict_row).execute(sql, params[0]).fetchone()["id"]
+
+            return [self._with_conn(insert_one, "insert")]
+
+        def insert_all(conn: psycopg.Connection) -> list[int]:
+            with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+                cur.executemany(sql, params, returning=True)
+                ids = []
+                while True:
+                    ids.append(cur.fetchone()["id"])
+                    if not cur.nextset():
+                        return ids
+
+        return self._with_conn(insert_all, "insert")
+
+    def publish(self, jobs: Sequence[NewJob]) -> None:
+        if self.options.confirm_publish or AMBIENT.get() is not None:
+            self.enqueue_many(jobs)
+            return
+        # _insert_params checks the text parameters: refused here, not after the call
+        # has returned.
+        rows = [self._insert_params(job.checked()) for job in jobs]
+        if rows:
+            self._pipelined().send(rows)
+            self.rates_tally.published([r["queue"] for r in rows])
+
+    def flush_publishes(self) -> None:
+        if self._publisher is not None:
+            self._publisher.flush()
+
+    def _pipelined(self) -> PipelinedPublisher:
+        with self._publisher_lock:
+            return self._publisher or self._new_publisher()
+
+    def _new_publisher(self) -> PipelinedPublisher:
+        extra = {} if self.options.durable_publish else self._no_sync_commit()
+        extra.update(self._session_kwargs())
+        self._publisher = PipelinedPublisher(
+            lambda: psycopg.connect(
+                self.url.conninfo, autocommit=True, connect_timeout=10, **extra
+            ),
+            self._sql["insert"],
+            self._insert_rows,
+            prepared=not self.options.transaction_pooler,
+        )
+        return self._publisher
+
+    # --------------------------------------------------------------------- claim
+    def claim(self, queues: Sequence[str], limit: int = 1) -> list[Delivery]:
+        queues = list(dict.fromkeys(queues))
+        out: list[Delivery] = []
+        while len(out) < limit and queues:
+            params = {"queues": queues, "queue": queues[0], "limit": int(limit) - len(out)}
+            claimed, spent = claimed_deliveries(self._all(claim_key(queues), params))
+            out += claimed
+            if not spent:  # no spent job took a place: nothing more is due
+                break
+        return out
+
+    def session(self) -> PostgresClaimSession:
+        conn = psycopg.connect(
+            self.url.conninfo,
+            autocommit=True,
+            connect_timeout=10,
+            **self._no_sync_commit(),  # as the fast pool (see __init__)
+            **self._session_kwargs(),
+        )
+        return PostgresClaimSession(self, conn)
+
+    def has_due(self, queues: Sequence[str]) -> bool:
+        return bool(self._value("has_due", {"queues": list(queues)}))
+
+    def ping(self) -> None:
+        with self._pool.connection(timeout=PING_TIMEOUT) as conn:
+            conn.execute(self._sql["ping"])
+
+    def next_due(self, queues: Sequence[str]) -> float | None:
+        return self._value("next_due", {"queues": list(queues)})
+
+    @staticmethod
+    def _handles(held: list[Delivery]) -> dict[str, Any]:
+        """The claims as the statements name them (``held_handles`` in queries.sql)."""
+        return {"ids": [d.id for d in held], "tokens": [d.token for d in held]}
+
+    def _ids(self, key: str, params: dict[str, Any]) -> set[int]:
+        return set(self._column(key, params))
+
+    def _delete_held(self, held: list[Delivery]) -> set[int]:
+        return self._ids("ack", self._handles(held)) if held else set()
+
+    def _extend_held(self, held: list[Delivery], extend: float | None) -> set[int]:
+        if not held:
+            return set()
+        return self._ids("heartbeat", {**self._handles(held), "extend": extend})
+
+    def _pend_held(self, held: list[tuple[Delivery, float, int]]) -> set[int]:
+        if not held:
+            return set()
+        params = self._handles([d for d, _, _ in held])
+        params["delays"] = [float(w) for _, w, _ in held]
+        params["refunds"] = [int(r) for _, _, r in held]
+        return self._ids("pend", params)
+
+    def _kill_held(self, held: list[Delivery], error: str) -> set[int]:
+        if not held:
+            return set()
+        return self._ids("kill", {**self._handles(held), "error": error})
+
+    # --------------------------------------------------------------- maintenance
+    def _maintenance_params(self, job: str) -> dict[str, Any]:
+        """The parameters of maintenance job ``job`` (each one named statement)."""
+        if job not in MAINTENANCE_JOBS:
+            raise ConfigurationError(f"unknown maintenance job {job!r}: {MAINTENANCE_JOBS}")
+        return {
+            "retention": self.options.dead_letter_retention,
+            "grace": self.options.queue_expiry_grace,
+        }
+
+    @staticmethod
+    def _maintained(job: str, rows: list[Row]) -> MaintenanceResult:
+        """A maintenance statement's one row as its result."""
+        row = dict(rows[0])
+        row["queues"] = tuple(row.get("queues") or ())
+        return MaintenanceResult(job=job, **row)
+
+    def maintain(self, job: str) -> MaintenanceResult:
+        params = self._maintenance_params(job)
+        return self._maintained(job, self._all(job, params))
+
+    # -------------------------------------------------------------- reads, admin
+    def counts(self, queues: Sequence[str] | None = None) -> list[QueueCounts]:
+        rows = self._all("counts", {"queues": list(queues) if queues is not None else None})
+        return [QueueCounts(**r) for r in rows]
+
+    def dead_list(self, queue: str | None = None, limit: int = 100) -> list[Job]:
+        rows = self._all("dead_list", {"queue": queue, "limit": int(limit)})
+        return [Job(**r) for r in rows]
+
+    def dead_requeue(self, ids: Sequence[int] | None = None, queue: str | None = None) -> int:
+        params = {"ids": None if ids is None else list(ids), "queue": queue}
+        return self._run("dead_requeue", params)
+
+    def dead_purge(self, ids: Sequence[int] | None = None, queue: str | None = None) -> int:
+        return self._run("dead_purge", {"ids": None if ids is None else list(ids), "queue": queue})
+
+    def dead_move(self, ids: Sequence[int], queue: str) -> int:
+        validate_name(queue, "queue name")
+        return len(self._all("dead_move", {"ids": [int(i) for i in ids], "to": queue}))
+
+    def _write_rates(self, rows: list[RatePoint]) -> None:
+        self._run(
+            "rates_add",
+            {
+                "queues": [r.queue for r in rows],
+                "minutes": [r.minute for r in rows],
+                "pub": [r.published for r in rows],
+                "ack": [r.acked for r in rows],
+                "total": TOTAL_MINUTE,
+            },
+        )
+
+    # ------------------------------------------------------------------- routing
+    def exchange_declare(self, name: str, type_: str) -> None:
+        validate_name(name, "exchange name")
+        if type_ not in EXCHANGE_TYPES:
+            raise ConfigurationError(f"exchange type {type_!r} is not one of {EXCHANGE_TYPES}")
+        self._run("exchange_declare", {"name": name, "type": type_})
+
+    def exchange_delete(self, name: str) -> None:
+        self._run("exchange_delete", {"name": name})
+
+    def bind(self, exchange: str, routing_key: str, queue: str) -> None:
+        validate_name(exchange, "exchange name")
+        validate_name(queue, "queue name")
+        if routing_key:
+            validate_name(routing_key, "routing key")
+        self._run("bind", {"exchange": exchange, "rk": routing_key or "", "queue": queue})
+
+    def unbind(self, exchange: str, routing_key: str, queue: str) -> None:
+        self._run("unbind", {"exchange": exchange, "rk": routing_key or "", "queue": queue})
+
+    def queue_delete(self, name: str) -> int:
+        return int(self._value("queue_delete", {"name": name}) or 0)
+
+    def touch_queues(self, names: Sequence[str]) -> None:
+        if names:
+            self._run("touch_queues", {"names": list(names)})
+
+    # ----------------------------------------------------------------- schedules
+    @contextmanager
+    def schedule_tick(self) -> Iterator[Any]:
+        with self._pool.connection() as conn, conn.transaction():
+            token = AMBIENT.set(conn)
+            try:
+                yield ScheduleTick(self._sql, conn)
+            finally:
+                AMBIENT.reset(token)
+
+    # -------------------------------------------------------------------- wakeup
+    def waiter(self) -> PostgresWaiter:
+        return PostgresWaiter(self)
+
+    # ------------------------------------------------------ transactional publish
+    def _adopt(self, connection: Any) -> psycopg.Connection:
+        conn = driver_connection(connection)
+        if not isinstance(conn, psycopg.Connection):
+            raise ConfigurationError(
+                f"transaction(): {type(connection).__name__} is not a PostgreSQL connection, "
+                f"but the broker is {self.url.masked()}"
+            )
+        idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if idle or getattr(conn, "_alkstore_checked", None) is not self._identity():
+            # On an idle (non-autocommit) connection this statement also opens the caller's
+            # transaction, so a multi-row insert's savepoint nests inside it.
+            theirs = self._identify(conn)
+            if theirs[1] is None or (
+                theirs != self._identity() and theirs != self._identity(refresh=True)
+            ):
+                where = f"{conn.info.host}:{conn.info.port}"
+                raise ConfigurationError(
+                    f"transaction(): the connection is to database {theirs[0]!r} at {where}"
+                    f"{' (alkstore schema missing there)' if theirs[1] is None else ''}, but "
+                    f"the broker is {self.url.masked()} (schema {self.options.schema!r}); "
+                    "publish through a connection to the broker's database"
+                )
+            conn._alkstore_checked = self._identity()  # type: ignore[attr-defined]
+        if idle and conn.autocommit:
+            raise ConfigurationError(
+                "transaction(): the connection is in autocommit mode with no transaction open, "
+                "so a publish would commit at once; open a transaction first (psycopg: "
+                "`with conn.transaction():`, SQLAlchemy: `begin()`, Django: "
+                "`transaction.atomic()`)"
+            )
+        return conn
+
+    def _identity(self, refresh: bool = False) -> tuple:
+        """The broker's (database, jobs table oid, server start): one per database copy."""
+        ident = getattr(self, "_ident", None)
+        if ident is None or refresh:
+            with self._pool.connection() as conn:
+                ident = self._ident = self._identify(conn)
+        return ident
+
+    def _identify(self, conn: psycopg.Connection) -> tuple:
+        cur = conn.cursor(row_factory=dict_row)
+        row = cur.execute(self._sql["identify"], {"jobs": self.names["jobs"]}).fetchone()
+        return (row["database"], row["jobs"], row["started"]) if row else ("?", None, None)
