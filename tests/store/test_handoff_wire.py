@@ -1,0 +1,157 @@
+"""The hand-off wire format (PostgreSQL): the JSON object the publisher's insert builds
+and ``store/postgres/handoff.py`` decodes, end to end through a real NOTIFY."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import psycopg
+import pytest
+
+from kombu_alkstore.store.postgres import handoff
+
+#: NOTIFY refuses a payload of this many bytes or more.
+NOTIFY_LIMIT = 8000
+
+
+@pytest.fixture
+def offered(pg_target):
+    """A store, a waiter with one slot offered on channel 7 for queue "q", and a raw
+    LISTEN on the waiter's own channel (the payload as it travels)."""
+    store = pg_target.open()
+    waiter = store.waiter()
+    params = {"pid": waiter.address, "chan": 7, "queues": ["q"], "slots": 1}
+    store._run("register", params)
+    raw = psycopg.connect(pg_target.url, autocommit=True)
+    raw.execute(f'LISTEN "alkstore_w{waiter.address}"')
+    yield store, waiter, raw
+    raw.close()
+    waiter.close()
+    store.close()
+
+
+def _payload(raw: psycopg.Connection) -> str:
+    [note] = list(raw.notifies(timeout=5, stop_after=1))
+    return note.payload
+
+
+def test_a_handed_off_job_round_trips(offered):
+    store, waiter, raw = offered
+    body = bytes(range(256)) * 3
+    jid = store.enqueue(
+        "q",
+        body,
+        msg_id="m-1",
+        priority=4,
+        max_attempts=5,
+        backoff_base=2.5,
+        visibility_timeout=30,
+    )
+    payload = _payload(raw)
+    fields = json.loads(payload)
+    assert sorted(fields) == sorted(
+        [
+            "chan",
+            "id",
+            "token",
+            "queue",
+            "priority",
+            "attempts",
+            "max_attempts",
+            "backoff_base",
+            "deadline",
+            "msg_id",
+            "body",
+            "visibility_timeout",
+        ]
+    )
+    chan, delivery = handoff.decode(payload)
+    assert chan == 7
+    assert (delivery.id, delivery.queue, delivery.body, delivery.msg_id) == (jid, "q", body, "m-1")
+    assert (delivery.priority, delivery.attempts, delivery.max_attempts) == (4, 1, 5)
+    assert (delivery.backoff_base, delivery.visibility_timeout) == (2.5, 30.0)
+    assert delivery.revoked is False
+    # The waiter reads the same object, and the claim it carries is the job's own.
+    assert waiter.wait(5).handoffs == [(7, delivery)]
+    assert store.get_job(jid).deadline == pytest.approx(delivery.deadline)
+    assert store.ack([delivery]) == {jid}
+
+
+def _largest_body(store, queue: str, msg_id: str) -> bytes:
+    """The largest body the insert still hands off (its size check at the limit)."""
+    with psycopg.connect(store.url.conninfo) as conn:
+
+        def size(n: int) -> int:
+            sql = (
+                "SELECT octet_length(json_build_array(%s::text, %s::text,"
+                " encode(%s::bytea, 'base64'))::text)"
+            )
+            return conn.execute(sql, (queue, msg_id, b"\xff" * n)).fetchone()[0]
+
+        low, high = 0, 8000
+        while low < high:  # the largest n whose size is within the limit
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if size(mid) <= 7600 else (low, mid - 1)
+    return b"\xff" * low
+
+
+def test_the_largest_handoff_fits_in_a_notification(offered):
+    """Numbers at their widest and the variable part at its limit: below 8000 bytes."""
+    store, waiter, raw = offered
+    queue, msg_id = "q", "m" * 36
+    body = _largest_body(store, queue, msg_id)
+    huge = 1.2345678901234567e300
+    store.enqueue(
+        queue,
+        body,
+        msg_id=msg_id,
+        priority=255,
+        max_attempts=2**31 - 1,
+        backoff_base=huge,
+        visibility_timeout=huge,
+    )
+    payload = _payload(raw)
+    # Our job id is short: count it at its widest (19 digits).
+    chan, delivery = handoff.decode(payload)
+    widest = len(payload.encode()) + 19 - len(str(delivery.id)) + 10 - len(str(chan))
+    assert widest < NOTIFY_LIMIT, widest
+    assert delivery.body == body and delivery.max_attempts == 2**31 - 1
+    [(_, got)] = waiter.wait(5).handoffs
+    assert got == delivery
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "not json",
+        '"routing"',
+        '[null, "q"]',
+        '["h", 1, 2]',
+        "{}",
+        '{"chan": 1, "id": 2}',
+        json.dumps({"chan": 1, "body": "@@", "id": 1}),
+    ],
+)
+def test_anything_else_is_refused(payload):
+    with pytest.raises(handoff.DECODE_ERRORS):
+        handoff.decode(payload)
+
+
+def test_the_body_travels_in_base64():
+    fields = {
+        "chan": 3,
+        "id": 1,
+        "token": 2,
+        "queue": "q",
+        "priority": 0,
+        "attempts": 1,
+        "max_attempts": 3,
+        "backoff_base": 1.0,
+        "deadline": 10.0,
+        "msg_id": None,
+        "body": base64.encodebytes(b"\x00payload" * 20).decode(),  # with line breaks
+        "visibility_timeout": 30.0,
+    }
+    chan, delivery = handoff.decode(json.dumps(fields))
+    assert chan == 3 and delivery.body == b"\x00payload" * 20
