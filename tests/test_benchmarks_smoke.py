@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_quick_benchmark_runs_and_reports_rows(tmp_path):
     results = tmp_path / "samples.json"
     proc = subprocess.run(

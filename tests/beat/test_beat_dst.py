@@ -94,6 +94,7 @@ def test_next_after_chains_from_the_stored_boundary_not_from_now():
     assert utc_iso(before) == "2026-03-27T06:30:00Z"  # CET: 07:30 = 06:30Z
 
 
+@pytest.mark.slow
 def test_generator_matches_the_brute_force_reference_on_the_dst_sample(capsys):
     """Every zone x 2000-2037: 12 hours either side of each transition, plus a random day
     a year, minute by minute, for fixed-time and wildcard-hour specs (``python -m

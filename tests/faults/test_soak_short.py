@@ -18,6 +18,7 @@ from tests.helpers import ROOT
 SOAK = ROOT / "benchmarks" / "soak.py"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("engine", ["pg", "sqlite"])
 def test_short_soak_loses_nothing(engine, tmp_path):

@@ -27,6 +27,7 @@ def _runs(record, prefix: str) -> list[list[str]]:
     return [row for row in read_record(record) if row[0].startswith(prefix)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pool", POOLS)
 def test_pool(pool, pg_target, tmp_path):
     pg_target.open().close()  # the tables, before the worker starts

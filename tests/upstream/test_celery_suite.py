@@ -26,7 +26,7 @@ from tests.upstream.expectations import CELERY_EXCEPTIONS, may_pass, read_list
 RUN_TIMEOUT = 1500
 
 #: The module's fixture runs the whole upstream suite (inside the first test's setup).
-pytestmark = pytest.mark.timeout(RUN_TIMEOUT * 2 + 300)
+pytestmark = [pytest.mark.timeout(RUN_TIMEOUT * 2 + 300), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -71,7 +71,7 @@ def run_kombu_classes(rundir: Path) -> runner.SuiteResult:
 
 
 #: The module's fixture runs the whole upstream suite (inside the first test's setup).
-pytestmark = pytest.mark.timeout(1500)
+pytestmark = [pytest.mark.timeout(1500), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
