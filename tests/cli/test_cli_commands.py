@@ -39,7 +39,7 @@ def test_setup_print_is_the_engines_ddl(target):
     assert "CREATE TABLE IF NOT EXISTS" in r.out
     if target.engine == "postgresql":
         assert f'CREATE SCHEMA IF NOT EXISTS "{target.schema}"' in r.out
-        assert f"{target.schema}.jobs" in r.out
+        assert f'"{target.schema}"."jobs"' in r.out
     else:
         assert f"{target.schema}_jobs" in r.out
         assert "CREATE SCHEMA" not in r.out
