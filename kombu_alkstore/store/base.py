@@ -780,7 +780,8 @@ class Store(abc.ABC):
 
         * ``expire``: expired jobs not running (pending, or a lapsed claim) leave the
           queue: dead-lettered with 'expired', or dropped on a transient queue (declared
-          with ``x-expires`` or ``x-message-ttl``); ``count`` is both, ``queues`` unused.
+          with ``x-expires`` or ``x-message-ttl``): ``count`` dead-lettered, ``dropped``
+          dropped.
         * ``lapsed``: lapsed claims whose attempts are spent go to the dead letters with
           'attempts exhausted' (what a claim would do, for queues no one consumes).
         * ``retention``: dead letters past their queue's (or the store's) retention are

@@ -38,7 +38,7 @@ class StoreOptions:
     #: publishes too, faster, but a database crash may lose the last moments of publishes.
     durable_publish: bool = True
     #: PostgreSQL: a publish returns once its commit is confirmed. Off: publishes are
-    #: pipelined and confirmed later (see ``store/pipeline.py``), as RabbitMQ without
+    #: pipelined and confirmed later (see ``store/postgres/publisher.py``), as RabbitMQ without
     #: publisher confirms: much faster, but a publisher killed within a round trip of
     #: a publish can lose it.
     confirm_publish: bool = True

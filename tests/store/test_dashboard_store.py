@@ -71,7 +71,7 @@ def test_publish_to_a_paused_queue_is_not_handed_off(pg_target):
     waiter = store.waiter()
     try:
         # An idle consumer offers a slot on queue "a" (as a worker channel does).
-        store._run("register", {"pid": waiter.pid, "chan": 1, "queues": ["a"], "slots": 1})
+        store._run("register", {"pid": waiter.address, "chan": 1, "queues": ["a"], "slots": 1})
         store.pause_queue("a")
         store.enqueue("a", b"1")
         assert store.get_job(1).state == "pending"

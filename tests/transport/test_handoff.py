@@ -134,7 +134,7 @@ def test_jobs_that_cannot_be_handed_off_are_claimed(idle_consumer, pg_target, ca
 
 def test_an_offer_of_a_dead_waiter_is_not_used_and_is_swept(idle_consumer, pg_target):
     conn, _, got, hub = idle_consumer
-    pid = conn.transport.waiter.pid
+    pid = conn.transport.waiter.address
     with psycopg.connect(pg_target.url, autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         wait_for(

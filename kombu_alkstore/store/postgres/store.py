@@ -33,7 +33,7 @@ from ..base import (
     Store,
 )
 from ..options import StoreOptions, StoreURL, check_text_params, validate_name
-from ..schema import SCHEMA_VERSION, require_current
+from ..schema import SCHEMA_VERSION, migrations, require_current
 from ..sqlfile import load_queries
 from .claims import STATEMENTS as SESSION_STATEMENTS
 from .claims import PostgresClaimSession, claim_key, claimed_deliveries
@@ -223,10 +223,9 @@ class PostgresStore(Store):
         with conn.transaction():
             conn.execute(self._sql["setup_lock"], self._params(None))
             # Up to date: run no DDL, whose table locks would contend with live traffic.
-            if self._stored_version(conn) == SCHEMA_VERSION:
-                return
-            for stmt in self.ddl():
-                conn.execute(stmt)
+            stored = self._stored_version(conn)
+            if stored is None or stored < SCHEMA_VERSION:
+                migrations(self.options.schema, self.engine).apply(conn.execute, stored)
 
     def _stored_version(self, conn: psycopg.Connection) -> int | None:
         cur = conn.cursor(row_factory=dict_row)

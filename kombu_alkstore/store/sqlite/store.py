@@ -35,7 +35,7 @@ from ..base import (
     Store,
 )
 from ..options import StoreOptions, StoreURL, check_text_params, validate_name
-from ..schema import SCHEMA_VERSION, require_current
+from ..schema import SCHEMA_VERSION, migrations, require_current
 from ..sqlfile import load_queries
 from .connection import MappedConnection, autocommits, connect, execute
 from .waiter import SQLiteWaiter
@@ -155,6 +155,8 @@ class SQLiteStore(Store):
 
     def _exec(self, conn: sqlite3.Connection, key: str, params: dict[str, Any] | None = None):
         """Statement ``key`` on ``conn`` (mapping rows; ``:now`` bound unless given)."""
+        if conn is self._db:  # the store's own: its row factory gives mappings
+            return conn.execute(self._sql[key], _with_now(params))
         return execute(conn, self._sql[key], _with_now(params))
 
     @staticmethod
@@ -184,21 +186,18 @@ class SQLiteStore(Store):
         if self.schema_version() == SCHEMA_VERSION:
             return  # up to date: no DDL, no write lock
         with self._write() as conn:
-            # Read under the write lock: a concurrent setup may have added them already.
-            # (A table not there yet is created with every column: it is left out.)
-            existing = {}
-            for table in self.tables.metadata.sorted_tables:
-                cols = {r["name"] for r in self._exec(conn, "table_columns", {"table": table.name})}
-                if cols:
-                    existing[table.name] = cols
-            for stmt in self.ddl(existing):
-                conn.execute(stmt)
+            # Read under the write lock: a concurrent setup may have migrated it already.
+            stored = self._stored_version(conn)
+            migrations(self.options.schema, self.engine).apply(conn.execute, stored)
 
     def schema_version(self) -> int | None:
         with self._read() as conn:
-            if not self._exec(conn, "table_exists", {"table": self.tables.meta.name}).fetchone():
-                return None
-            row = self._exec(conn, "version").fetchone()
+            return self._stored_version(conn)
+
+    def _stored_version(self, conn: sqlite3.Connection) -> int | None:
+        if not self._exec(conn, "table_exists", {"table": self.tables.meta.name}).fetchone():
+            return None
+        row = self._exec(conn, "version").fetchone()
         return int(row["value"]) if row else None
 
     # ------------------------------------------------------------------- enqueue
