@@ -154,10 +154,14 @@ class SQLiteStore(Store):
             self._db.execute(self._sql["commit"])
 
     def _exec(self, conn: sqlite3.Connection, key: str, params: dict[str, Any] | None = None):
-        """Statement ``key`` on ``conn`` (mapping rows; ``:now`` bound unless given)."""
+        """Statement ``key`` on ``conn``, rows as mappings; ``:now`` is bound unless
+        given. (Parameters as given: :meth:`_all`, :meth:`_one` and :meth:`_run` check
+        the text ones, the engine's own calls bind values already checked.)"""
+        if params is None or "now" not in params:
+            params = {**(params or {}), "now": time.time()}
         if conn is self._db:  # the store's own: its row factory gives mappings
-            return conn.execute(self._sql[key], _with_now(params))
-        return execute(conn, self._sql[key], _with_now(params))
+            return conn.execute(self._sql[key], params)
+        return execute(conn, self._sql[key], params)
 
     @staticmethod
     def _array(values: list[Any]) -> str:
@@ -165,15 +169,15 @@ class SQLiteStore(Store):
 
     def _all(self, key: str, params: dict[str, Any] | None = None) -> list[Row]:
         with self._read() as conn:
-            return self._exec(conn, key, params).fetchall()
+            return self._exec(conn, key, _with_now(params)).fetchall()
 
     def _one(self, key: str, params: dict[str, Any] | None = None) -> Row | None:
         with self._read() as conn:
-            return self._exec(conn, key, params).fetchone()
+            return self._exec(conn, key, _with_now(params)).fetchone()
 
     def _run(self, key: str, params: dict[str, Any] | None = None) -> int:
         with self._read() as conn:  # a single statement is its own transaction
-            return self._exec(conn, key, params).rowcount
+            return self._exec(conn, key, _with_now(params)).rowcount
 
     def close(self) -> None:
         if os.getpid() == self._pid:
