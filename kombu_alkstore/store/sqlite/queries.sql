@@ -114,9 +114,6 @@ SELECT file FROM pragma_database_list WHERE name = 'main'
 -- name: table_exists
 SELECT 1 AS found FROM sqlite_master WHERE type = 'table' AND name = :table
 
--- name: table_columns
-SELECT name FROM pragma_table_info(:table)
-
 -- name: version
 SELECT value FROM {meta} WHERE key = 'schema_version'
 

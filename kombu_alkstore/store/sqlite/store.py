@@ -51,7 +51,6 @@ _OWN_STATEMENTS = frozenset(
         "data_version",
         "database_file",
         "table_exists",
-        "table_columns",
         "version",
         "ping",
         "insert",
