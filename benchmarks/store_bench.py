@@ -101,7 +101,7 @@ def bench_sqlite(path: str | None, n: int) -> dict[str, float]:
         try:
             return measure(store, n)
         finally:
-            tables = [t.name for t in store.tables.metadata.sorted_tables]
+            tables = [t.name for t in store.tables.all()]
             store.close()
             if path:  # a file we were given: drop only our throwaway tables
                 with sqlite3.connect(db) as conn:

@@ -90,6 +90,29 @@ def _bump(statement="", params=None):
         _KINDS[kind] = _KINDS.get(kind, 0) + 1
 
 
+def _count_old_pipelines():
+    """Revisions before the engine packages (issue 15) had two pipeline-mode clients."""
+    try:
+        from kombu_alkstore.store.async_session import AsyncSession
+        from kombu_alkstore.store.pipeline import PipelinedPublisher
+    except ImportError:
+        return
+    original_send = AsyncSession.send
+
+    def async_send(self, key, params, callback, _original=original_send):
+        _bump("(pipeline) " + key, params)
+        return _original(self, key, params, callback)
+
+    original_publish = PipelinedPublisher.send
+
+    def pipelined(self, batch, _original=original_publish):
+        for row in batch:
+            _bump("(pipeline) publish", row)
+        return _original(self, batch)
+
+    AsyncSession.send, PipelinedPublisher.send = async_send, pipelined
+
+
 def count_statements(path):
     """Count this process's broker statements/commands; write the count 4 times a second.
 
@@ -114,25 +137,19 @@ def count_statements(path):
         pass
 
     try:  # statements alkstore writes to a connection in pipeline mode, past psycopg's cursor
-        from kombu_alkstore.store.async_session import AsyncSession
-        from kombu_alkstore.store.pipeline import PipelinedPublisher
+        from kombu_alkstore.store.postgres.session import PipelineSession
 
-        original_send = AsyncSession.send
+        original_session_send = PipelineSession.send
 
-        def async_send(self, key, params, callback, _original=original_send):
-            _bump("(pipeline) " + key, params)
-            return _original(self, key, params, callback)
+        def session_send(self, statements, _original=original_session_send):
+            statements = list(statements)
+            for key, params in statements:
+                _bump("(pipeline) " + key, params)
+            return _original(self, statements)
 
-        original_publish = PipelinedPublisher.send
-
-        def pipelined(self, batch, _original=original_publish):
-            for row in batch:
-                _bump("(pipeline) publish", row)
-            return _original(self, batch)
-
-        AsyncSession.send, PipelinedPublisher.send = async_send, pipelined
-    except ImportError:
-        pass
+        PipelineSession.send = session_send
+    except ImportError:  # an older revision (--rev): two pipeline clients
+        _count_old_pipelines()
 
     import sqlite3
     import sqlite3.dbapi2
@@ -239,3 +256,4 @@ def _serve():
 if __name__ == "__main__":
     _serve()
 '''
+

@@ -73,9 +73,9 @@ def open_store(url: str | URL | StoreURL, options: StoreOptions | None = None, *
     if parsed.engine == "sqlite" and not opts.setup and not os.path.exists(parsed.path or ""):
         # Opening it would create an empty file where the path was mistyped.
         raise SchemaMissing(
-            f"SQLite database {parsed.path!r} does not exist, so the alkstore tables "
-            f"(prefix {opts.schema!r}) are missing: check the path, or create it with "
-            "`kombu-alkstore setup`"
+            f"the alkstore tables are missing in {parsed.path!r} (prefix "
+            f"{opts.schema!r}): that SQLite database does not exist; check the path, or "
+            "create it with `kombu-alkstore setup`"
         )
     with unbound():  # setup never joins a caller's transaction
         if parsed.engine == "postgresql":

@@ -42,13 +42,6 @@ class Table:
 
 
 @dataclass(frozen=True)
-class _Catalog:
-    """What callers used of SQLAlchemy's ``MetaData``: ``sorted_tables``."""
-
-    sorted_tables: tuple[Table, ...]
-
-
-@dataclass(frozen=True)
 class Tables:
     """The store's tables for one schema name on one engine."""
 
@@ -66,12 +59,6 @@ class Tables:
 
     def all(self) -> tuple[Table, ...]:
         return tuple(getattr(self, f.name) for f in fields(self))
-
-    @property
-    def metadata(self) -> _Catalog:
-        """Every table, as ``metadata.sorted_tables`` (each with ``.name``), for callers
-        written when these were SQLAlchemy tables."""
-        return _Catalog(self.all())
 
     def names(self) -> dict[str, str]:
         """Every table's short name (``jobs``) and its name as written in SQL."""

@@ -56,6 +56,8 @@ def _strip(body: str) -> str:
     lines = body.strip().splitlines()
     while lines and lines[0].lstrip().startswith("--"):
         lines.pop(0)
+    while lines and (not lines[-1].strip() or lines[-1].lstrip().startswith("--")):
+        lines.pop()  # a comment heading the next block is not part of this one
     sql = "\n".join(lines).strip()
     return sql[:-1].rstrip() if sql.endswith(";") else sql
 

@@ -49,7 +49,8 @@ def test_a_handed_off_job_round_trips(offered):
         visibility_timeout=30,
     )
     payload = _payload(raw)
-    fields = json.loads(payload)
+    tag, fields = json.loads(payload)
+    assert tag == "h"
     assert sorted(fields) == sorted(
         [
             "chan",
@@ -129,8 +130,9 @@ def test_the_largest_handoff_fits_in_a_notification(offered):
         '[null, "q"]',
         '["h", 1, 2]',
         "{}",
-        '{"chan": 1, "id": 2}',
-        json.dumps({"chan": 1, "body": "@@", "id": 1}),
+        '["h", {"chan": 1, "id": 2}]',
+        json.dumps(["h", {"chan": 1, "body": "@@", "id": 1}]),
+        json.dumps({"chan": 1, "id": 2}),  # untagged
     ],
 )
 def test_anything_else_is_refused(payload):
@@ -153,5 +155,32 @@ def test_the_body_travels_in_base64():
         "body": base64.encodebytes(b"\x00payload" * 20).decode(),  # with line breaks
         "visibility_timeout": 30.0,
     }
-    chan, delivery = handoff.decode(json.dumps(fields))
+    chan, delivery = handoff.decode(json.dumps(["h", fields]))
     assert chan == 3 and delivery.body == b"\x00payload" * 20
+
+
+def test_the_earlier_positional_format_is_read_during_an_upgrade():
+    """A publisher of the version before issue 15 hands off to a new worker."""
+    body = base64.b64encode(b"old").decode()
+    old = ["h", 3, 41, 99, "q", 2, 5, 1.5, 100.0, "m-1", body, 30.0]
+    chan, delivery = handoff.decode(json.dumps(old))
+    assert chan == 3
+    assert (delivery.id, delivery.token, delivery.queue, delivery.body) == (41, 99, "q", b"old")
+    assert (delivery.priority, delivery.attempts, delivery.max_attempts) == (2, 1, 5)
+    assert (delivery.deadline, delivery.msg_id, delivery.visibility_timeout) == (100.0, "m-1", 30.0)
+    chan, delivery = handoff.decode(json.dumps(old[:-1]))  # before visibility_timeout
+    assert delivery.visibility_timeout is None
+
+
+def test_a_worker_of_the_earlier_version_only_wakes_on_the_new_format(offered):
+    """The decoding of the version before issue 15 (postgres.py ``_collect``), applied to
+    what this version sends: it raises one of the errors it caught (so that worker wakes
+    and its claim lapses), never one that would stop its event loop."""
+    store, _, raw = offered
+    store.enqueue("q", b"x")
+    payload = json.loads(_payload(raw))
+    assert payload[0] == "h"
+    with pytest.raises(ValueError):  # its `_handoff(payload)`: payload[:11] unpacked
+        _, chan, id_, token, queue, priority, max_attempts, bb, deadline, msg_id, body = payload[
+            :11
+        ]

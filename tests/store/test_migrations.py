@@ -393,7 +393,7 @@ def test_sqlite_setup_statements_with_existing_columns(name, version, tmp_path):
     try:
         conn.execute("BEGIN IMMEDIATE")
         existing = {}
-        for table in build_tables(schema, "sqlite").metadata.sorted_tables:
+        for table in build_tables(schema, "sqlite").all():
             cols = {r[1] for r in conn.execute(f'PRAGMA table_info("{table.name}")')}
             if cols:
                 existing[table.name] = cols

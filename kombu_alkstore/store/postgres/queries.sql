@@ -194,14 +194,15 @@ SELECT ins.id, CASE
 FROM ins LEFT JOIN w ON true
 
 -- fragment: handoff_object
--- The hand-off wire format: one JSON object, the Delivery's fields by name and the
--- channel it was handed to (decoded by postgres/handoff.py, and nowhere else).
-json_build_object(
+-- The hand-off wire format: ["h", object], the object holding the Delivery's fields by
+-- name and the channel it was handed to (decoded by postgres/handoff.py, and nowhere
+-- else; the "h" tag keeps it safe for workers of earlier versions, see there).
+json_build_array('h', json_build_object(
   'chan', w.chan, 'id', ins.id, 'token', ins.token, 'queue', ins.queue,
   'priority', ins.priority, 'attempts', ins.attempts, 'max_attempts', ins.max_attempts,
   'backoff_base', ins.backoff_base, 'deadline', ins.deadline, 'msg_id', ins.msg_id,
   'body', encode(ins.body, 'base64'), 'visibility_timeout', ins.visibility_timeout
-)::text
+))::text
 
 -- fragment: due_one
 -- The claim's candidates on one queue. "queue = %(queue)s" lets the planner walk the
