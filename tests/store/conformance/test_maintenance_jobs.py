@@ -16,9 +16,9 @@ from tests.helpers import run_sql
 from tests.store.conformance.helpers import VT, claim_one
 
 #: The store's dead-letter retention in the scene (seconds).
-RETENTION = 0.3
+RETENTION = 0.8
 #: How long after its start the scene is looked at: past every short expiry and deadline.
-SETTLE = 0.6
+SETTLE = 1.5
 
 
 @dataclass
@@ -59,7 +59,7 @@ def scene(opener, target):
     ids["expired"] = store.enqueue("tasks", b"e", expires_at=t0 - 1, msg_id="exp")
     ids["expired_transient"] = store.enqueue("events", b"t", expires_at=t0 - 1)
     ids["running_past_expiry"] = store.enqueue(
-        "running", b"r", expires_at=t0 + 0.3, visibility_timeout=60
+        "running", b"r", expires_at=t0 + 0.8, visibility_timeout=60
     )
     claim_one(store, "running")
     ids["not_expired"] = store.enqueue("tasks", b"k", expires_at=t0 + 3600)
