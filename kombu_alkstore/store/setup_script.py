@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..errors import ConfigurationError
 from .options import StoreURL, validate_identifier
 from .schema import ddl_script
+from .sqlfile import load_queries
 
 
 def setup_script(url: StoreURL, schema: str, grant: str | None = None) -> str:
@@ -18,7 +19,8 @@ def setup_script(url: StoreURL, schema: str, grant: str | None = None) -> str:
         extra = _grants(schema, grant)
     return (
         f"-- kombu-alkstore DDL for {url.engine}, schema {schema!r}\n"
-        "-- idempotent: every statement is IF NOT EXISTS / ON CONFLICT DO NOTHING\n\n"
+        "-- idempotent: safe to apply again (IF NOT EXISTS, ON CONFLICT, a version that "
+        "only moves forward)\n\n"
         + ddl_script(schema, url.engine)
         + extra
     )
@@ -27,14 +29,10 @@ def setup_script(url: StoreURL, schema: str, grant: str | None = None) -> str:
 def _grants(schema: str, role: str) -> str:
     """The least privileges a runtime role needs when the tables were made by a migration."""
     validate_identifier(role, "role")
+    names = {"schema": f'"{schema}"', "role": f'"{role}"'}
+    grants = load_queries("kombu_alkstore.store.postgres", "grants.sql", names, ["grants"])
     return (
         f"-- the runtime role {role!r}: read/write rows, no DDL (connect with setup=False)\n"
-        f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}";\n'
-        f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "{schema}" TO "{role}";\n'
-        f'GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA "{schema}" TO "{role}";\n'
-        f"-- tables a later migration adds (run by the same migration role) get them too\n"
-        f'ALTER DEFAULT PRIVILEGES IN SCHEMA "{schema}" '
-        f'GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO "{role}";\n'
-        f'ALTER DEFAULT PRIVILEGES IN SCHEMA "{schema}" '
-        f'GRANT USAGE, SELECT ON SEQUENCES TO "{role}";\n'
+        + grants["grants"]
+        + ";\n"
     )
