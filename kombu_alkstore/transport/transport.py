@@ -369,7 +369,11 @@ class Transport(virtual.Transport):
         half its prefetch slots are free.
         """
         delivered = False
-        for channel in channels if channels is not None else list(self.channels):
+        chosen = channels if channels is not None else list(self.channels)
+        # Control channels (no-ack consumers: the pidbox, replies) first: a revoke that
+        # waits beside the task it names reaches the worker before that task does.
+        chosen.sort(key=lambda ch: not ch._no_ack_queues)
+        for channel in chosen:
             if not channel._consumers or (only and not only.intersection(channel._active_queues)):
                 self._starved.discard(channel)
                 continue

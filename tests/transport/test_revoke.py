@@ -107,3 +107,26 @@ def test_the_revoke_broadcast_reaches_a_busy_worker(target, pool):
             lambda: victim.id in sum((app.control.inspect(timeout=1).revoked() or {}).values(), []),
             15,
         )
+
+
+def test_control_messages_are_served_before_tasks_that_came_with_them(target):
+    """A revoke (a no-ack pidbox message) and the task it names, both waiting when the
+    worker looks: the control channel is served first, whatever the channels' order, so
+    the worker knows of the revoke before it receives the task (Celery's revoke by
+    stamped headers is only in the workers' memory)."""
+    from kombu import Connection, Consumer, Queue
+
+    seen: list[str] = []
+    with Connection(target.broker_url, transport_options=target.transport_options) as conn:
+        tasks, control = conn.channel(), conn.channel()  # the task channel first, as Celery
+        Consumer(
+            tasks, [Queue("tasks")], callbacks=[lambda b, m: (seen.append(b), m.ack())]
+        ).consume()
+        Consumer(
+            control, [Queue("ctl")], no_ack=True, callbacks=[lambda b, m: seen.append(b)]
+        ).consume()
+        with conn.Producer() as producer:
+            producer.publish("task", routing_key="tasks", declare=[Queue("tasks")])
+            producer.publish("revoke", routing_key="ctl", declare=[Queue("ctl")])
+        conn.drain_events(timeout=5)  # one look at every consuming channel
+        assert seen[:1] == ["revoke"], seen
