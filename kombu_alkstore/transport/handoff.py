@@ -72,8 +72,9 @@ class Handoff:
 
     def update_idle(self) -> None:
         """Acks freed slots: offer them (each event-loop tick)."""
-        for channel, offer in list(self._offers.items()):
-            if offer.idle:
+        for channel in self.transport.channels:  # each tick: no weak-dict iteration
+            offer = self._offers.get(channel)
+            if offer is not None and offer.idle:
                 self.update(channel)
 
     def update(self, channel: Any) -> None:
