@@ -51,6 +51,8 @@ PAGE_SIZE = 50
 #: Dead letters a page reads at most for a filter no index serves (task name, error text).
 SCAN_WINDOW = 100_000
 PEEK_DEFAULT, PEEK_MAX = 20, 500
+#: Delayed tasks the scheduled page lists at most (soonest first; it says when more exist).
+SCHEDULED_LIMIT = 100
 
 
 @dataclass
@@ -244,6 +246,29 @@ class Dashboard:
             return self.refuse(request, f"no dead letter {ident}", 404)
         return self.render(request, "dead_one.html", item=describe(job))
 
+    def scheduled(self, request: Request) -> Response:
+        """Delayed tasks (ETA, countdown) the broker holds, soonest first: what ``celery
+        inspect scheduled`` cannot list on this broker (``kombu-alkstore scheduled``)."""
+        queue = (request.query_params.get("queue") or "").strip() or None
+        try:
+            if queue is not None:
+                validate_name(queue, "queue name")
+        except AlkstoreError as exc:
+            return self.refuse(request, str(exc), 400)
+        jobs = self.store.scheduled(queue=queue, limit=SCHEDULED_LIMIT + 1)
+        snap = self.sampler.snapshot
+        delayed = snap.queue(queue).delayed if queue else sum(c.delayed for c in snap.counts)
+        return self.render(
+            request,
+            "scheduled.html",
+            items=[describe(j) for j in jobs[:SCHEDULED_LIMIT]],
+            more=len(jobs) > SCHEDULED_LIMIT,
+            limit=SCHEDULED_LIMIT,
+            queue=queue,
+            delayed=delayed,
+            queues=snap.queue_names(),
+        )
+
     def schedules(self, request: Request) -> Response:
         items, actions, error = schedules(self.store)
         return self.render(request, "schedules.html", items=items, actions=actions, error=error)
@@ -360,6 +385,7 @@ class Dashboard:
             Route("/dead/{id}", self.dead_one),
             Route("/dead-action/{action}", self.dead_action, methods=["POST"]),
             Route("/bulk/{id}", self.bulk_status),
+            Route("/scheduled", self.scheduled),
             Route("/schedules", self.schedules),
             Route("/schedules/{name:path}/{action:str}", self.schedule_action, methods=["POST"]),
             Route("/consumers", self.consumers),
