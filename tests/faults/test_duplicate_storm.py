@@ -93,6 +93,7 @@ def _drained(target) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the history and twenty bursts: about 5 minutes on 2 cores
 def test_a_burst_after_a_busy_history_runs_every_task_once(tmp_path):
     with private_cluster() as cluster:
         target, opts, app, _ = cluster_app(cluster)
