@@ -38,12 +38,15 @@ class Maintenance:
         self.ttl = interval * LEASE_ROUNDS
         #: Unique per transport: two workers of one host are two holders.
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        #: This owner took the lease at least once (only then is there one to release).
+        self.held = False
 
     def run(self, store: Store) -> list[MaintenanceResult] | None:
         """One round, blocking: the jobs' results, or None when another worker holds the
         lease."""
         if not store.lease_acquire(LEASE, self.owner, self.ttl):
             return None
+        self.held = True
         return report([store.maintain(job) for job in MAINTENANCE_JOBS])
 
     def send(self, session: Any, done: Done) -> None:
@@ -54,6 +57,7 @@ class Maintenance:
             if isinstance(held, BaseException) or not held:
                 done(held if isinstance(held, BaseException) else None)
                 return
+            self.held = True
             results: list[MaintenanceResult] = []
             failed: list[BaseException] = []
 
@@ -71,8 +75,11 @@ class Maintenance:
         session.lease_acquire(LEASE, self.owner, self.ttl, leased)
 
     def release(self, store: Store) -> None:
-        """Give the lease up (a clean close): the next worker's round takes it at once."""
-        store.lease_release(LEASE, self.owner)
+        """Give the lease up (a clean close): the next worker's round takes it at once.
+        A connection that never took it (a producer's) sends nothing."""
+        if self.held:
+            self.held = False
+            store.lease_release(LEASE, self.owner)
 
 
 def report(results: list[MaintenanceResult]) -> list[MaintenanceResult]:

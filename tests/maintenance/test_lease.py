@@ -101,3 +101,16 @@ def test_a_worker_loop_runs_the_round_on_its_claims_session(target):
         assert other.lease_holder(LEASE) is None  # released at close
     finally:
         other.close()
+
+
+def test_a_connection_that_never_held_the_lease_releases_nothing(store, monkeypatch):
+    """A producer's connection closes without a lease statement (one round trip less per
+    short-lived connection); a holder's close releases it."""
+    released: list[tuple] = []
+    monkeypatch.setattr(store, "lease_release", lambda *args: released.append(args))
+    m = Maintenance(60.0)
+    m.release(store)
+    assert released == []
+    m.run(store)
+    m.release(store)
+    assert released == [(LEASE, m.owner)]
