@@ -54,9 +54,6 @@ class Handoff:
             offer = self._offers[channel] = Offer()
         return offer
 
-    def offered_slots(self, channel: Any) -> int:
-        return self._offer(channel).slots
-
     def claimed(self, channel: Any, full: bool) -> None:
         """A claim of ``channel`` was answered: it is idle unless it left a backlog."""
         self._offer(channel).idle = not full
