@@ -7,7 +7,6 @@ changes a binding, and once more before a direct publish would find no queue.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 
@@ -16,13 +15,6 @@ from kombu.transport.virtual.exchange import TopicExchange
 from ..store import Store
 
 _topic_pattern = TopicExchange(None).key_to_pattern
-
-
-def _committed(store: Store) -> contextlib.AbstractContextManager:
-    """Read routing outside a caller's transaction on PostgreSQL (committed state only).
-    On SQLite the caller's connection is kept: the store's own one may be waiting for
-    the write lock that very transaction holds."""
-    return store.detached()
 
 
 class RoutingCache:
@@ -60,7 +52,7 @@ class RoutingCache:
         now = time.monotonic()
         if now - self._checked < self.ttl:
             return
-        with _committed(self.store):
+        with self.store.detached():  # committed routing only
             version = self.store.routing_version()
         with self._lock:
             self._checked = now
@@ -77,7 +69,7 @@ class RoutingCache:
     def type(self, exchange: str) -> str | None:
         self._fresh()
         if exchange not in self._types:
-            with _committed(self.store):
+            with self.store.detached():  # committed routing only
                 self._types[exchange] = self.store.exchange_type(exchange)
         return self._types[exchange]
 
@@ -86,7 +78,7 @@ class RoutingCache:
         self._fresh()
         rows = self._tables.get(exchange)
         if rows is None:
-            with _committed(self.store):
+            with self.store.detached():  # committed routing only
                 bound = self.store.bindings(exchange)
             rows = [(rk, _topic_pattern(rk), q) for rk, q in bound]
             self._tables[exchange] = rows

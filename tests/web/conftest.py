@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -103,14 +104,21 @@ def start_dashboard(target, token: str | None = TOKEN, inspect: bool = False, **
     return LiveDashboard(f"http://127.0.0.1:{port}", store, dash), stop
 
 
-@pytest.fixture
-def dashboard(pg_target) -> Iterator[LiveDashboard]:
-    """A dashboard with write access (token ``TOKEN``) on the test's PostgreSQL schema."""
-    live, stop = start_dashboard(pg_target)
+@contextmanager
+def serving(target) -> Iterator[LiveDashboard]:
+    """A dashboard with write access (token ``TOKEN``) on ``target``, stopped after."""
+    live, stop = start_dashboard(target)
     try:
         yield live
     finally:
         stop()
+
+
+@pytest.fixture
+def dashboard(pg_target) -> Iterator[LiveDashboard]:
+    """A dashboard with write access (token ``TOKEN``) on the test's PostgreSQL schema."""
+    with serving(pg_target) as live:
+        yield live
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 
 from kombu_alkstore.web import app as web_app
 from tests.helpers import make_app
-from tests.web.conftest import LiveDashboard, start_dashboard
+from tests.web.conftest import LiveDashboard, serving
 
 HOSTILE_ID = "<script>window.__xss = 1</script>"
 HOSTILE_QUEUE = 'x"<b>q</b>'
@@ -24,11 +24,8 @@ HOSTILE_TASK = "tasks.<i>evil</i>"
 @pytest.fixture
 def live(target) -> Iterator[LiveDashboard]:
     """A dashboard over the test's store, PostgreSQL or SQLite."""
-    dash, stop = start_dashboard(target)
-    try:
+    with serving(target) as dash:
         yield dash
-    finally:
-        stop()
 
 
 def rows(page: str) -> list[str]:

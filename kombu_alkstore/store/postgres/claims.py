@@ -173,7 +173,7 @@ class PostgresClaimSession(ClaimSession):
         if self.broken:
             raise psycopg.OperationalError("the claim connection was lost")
         try:
-            self._pipe.send([(key, self._store._params(dict(params)))])
+            self._pipe.send([(key, self._store._params(params))])
             self._waiting.append(callback)
             self._pipe.flush(self.on_readable)  # rare: the socket buffer is full
         except psycopg.OperationalError as exc:
