@@ -1,12 +1,16 @@
 """A per-connection cache of exchanges and bindings kept in the store.
 
 Publishing does not query the bindings each time: the cache re-reads them when the
-store's routing version moves (checked at most every ``ttl`` seconds), when this process
-changes a binding, and once more before a direct publish would find no queue.
+store's routing version moves, when this process changes a binding, and once more before
+a direct publish would find no queue. The version is checked at most every ``POLL_TTL``
+seconds, except while a LISTEN connection of this process is up: that connection is told
+of every change (``"routing"`` on the store's channel) and each new one starts from an
+empty cache, so no check is needed, and an idle worker holds no connection for it.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -20,8 +24,6 @@ _topic_pattern = TopicExchange(None).key_to_pattern
 class RoutingCache:
     #: Seconds between routing-version checks when no change notices arrive.
     POLL_TTL = 0.5
-    #: ... and while a LISTEN connection of this process announces every change.
-    NOTIFIED_TTL = 30.0
 
     @classmethod
     def for_store(cls, store: Store) -> RoutingCache:
@@ -43,14 +45,20 @@ class RoutingCache:
         self._listeners = 0
 
     def listening(self, delta: int) -> None:
-        """A LISTEN connection that announces routing changes started (+1) or stopped (-1)."""
+        """A LISTEN connection that announces routing changes started (+1) or stopped (-1).
+
+        Either way the cache starts over: a new listener cannot know what changed before it
+        listened, and without one the version is polled again.
+        """
         with self._lock:
             self._listeners = max(0, self._listeners + delta)
-            self.ttl = self.NOTIFIED_TTL if self._listeners else self.POLL_TTL
+            self.ttl = math.inf if self._listeners else self.POLL_TTL
+            self._checked = 0.0
+            self._version = None
 
     def _fresh(self) -> None:
         now = time.monotonic()
-        if now - self._checked < self.ttl:
+        if self._version is not None and now - self._checked < self.ttl:
             return
         with self.store.detached():  # committed routing only
             version = self.store.routing_version()
