@@ -74,6 +74,9 @@ def test_watch_stops_on_interrupt(target, seeder):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # An operator's terminal delivers Ctrl-C; a shell's background job (a CI run
+        # started with "&") would start us with SIGINT ignored, and the child with it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         time.sleep(3)
