@@ -101,3 +101,18 @@ def store(target) -> Iterator[Store]:
     s = target.open()
     yield s
     s.close()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the upstream suites collected, in the background (tests/upstream/early.py)."""
+    if session.config.option.collectonly:
+        return
+    from tests.upstream import early
+
+    early.begin({item.path.name for item in session.items}, session.config._tmp_path_factory.mktemp)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from tests.upstream import early
+
+    early.end()

@@ -182,6 +182,35 @@ def start(
     return BrokerRun(broker, runner.Running(broker.label, rundir, args, env), schema)
 
 
+@dataclass
+class SuiteRuns:
+    """Celery's suite on every broker of ``BROKERS``, started at once in ``base``."""
+
+    base: Path
+    runs: list[BrokerRun]
+    stack: contextlib.ExitStack
+
+    def close(self) -> None:
+        """End the runs still going, then their Redis servers."""
+        self.stack.close()
+
+
+def start_all(base: Path) -> SuiteRuns:
+    """Start the suite on every broker, each with its own private Redis."""
+    stack = contextlib.ExitStack()
+    runs = []
+    try:
+        for broker in BROKERS:
+            port = stack.enter_context(private_redis(base / broker.label / "redis"))
+            run = start(broker, base / broker.label / "run", port)
+            stack.callback(run.running.stop)
+            runs.append(run)
+    except BaseException:
+        stack.close()
+        raise
+    return SuiteRuns(base, runs, stack)
+
+
 def finish(run: BrokerRun, timeout: float) -> runner.SuiteResult:
     try:
         return run.running.finish(timeout)

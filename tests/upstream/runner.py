@@ -88,7 +88,7 @@ def read_junit(path: Path, result: SuiteResult) -> None:
 
 
 class Running:
-    """A pytest subprocess started by :func:`start_pytest`; :meth:`finish` reads its result."""
+    """A pytest subprocess, started at once; :meth:`finish` waits for it and reads its result."""
 
     def __init__(self, label: str, rundir: Path, args: list[str], env: dict[str, str]):
         self.label = label
@@ -128,16 +128,7 @@ class Running:
     def stop(self) -> None:
         _end_group(self.proc)
 
-
-def run_pytest(
-    label: str, rundir: Path, args: list[str], env: dict[str, str], timeout: float
-) -> SuiteResult:
-    """``python -m pytest ARGS`` in ``rundir``; the process group is ended on any exit."""
-    running = Running(label, rundir, args, env)
-    try:
-        return running.finish(timeout)
-    finally:
-        running.stop()
+    close = stop
 
 
 def _end_group(proc: subprocess.Popen) -> None:

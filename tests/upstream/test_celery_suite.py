@@ -19,10 +19,11 @@ import contextlib
 
 import pytest
 
-from tests.upstream import celery_suite, runner
+from tests.upstream import celery_suite, early, runner
 from tests.upstream.expectations import CELERY_EXCEPTIONS, may_pass, read_list
 
-#: Seconds one broker's run may take (all three run at once).
+#: Seconds one broker's run may take from its start (all three run at once, beside the
+#: rest of the session: see early.py).
 RUN_TIMEOUT = 1500
 
 #: The module's fixture runs the whole upstream suite (inside the first test's setup).
@@ -31,17 +32,11 @@ pytestmark = [pytest.mark.timeout(RUN_TIMEOUT * 2 + 300), pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def celery_results(tmp_path_factory) -> dict[str, runner.SuiteResult]:
-    base = tmp_path_factory.mktemp("celery-suite")
-    with contextlib.ExitStack() as stack:
-        runs = []
-        for broker in celery_suite.BROKERS:
-            port = stack.enter_context(celery_suite.private_redis(base / broker.label / "redis"))
-            runs.append(celery_suite.start(broker, base / broker.label / "run", port))
-        try:
-            results = {run.broker.label: celery_suite.finish(run, RUN_TIMEOUT) for run in runs}
-        finally:
-            for run in runs:
-                run.running.stop()
+    # Started with the session (tests/upstream/early.py), or now when run on its own.
+    started = early.take("celery", lambda: tmp_path_factory.mktemp("celery-suite"))
+    base = started.base
+    with contextlib.closing(started):
+        results = {run.broker.label: celery_suite.finish(run, RUN_TIMEOUT) for run in started.runs}
     rerun = _rerun_differences(results, base)
     runner.write_report(
         "celery",

@@ -9,13 +9,14 @@ defects still open, listed strictly in ``kombu_open.txt``.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.upstream import runner, sdists
+from tests.upstream import early, runner, sdists
 from tests.upstream.expectations import KOMBU_OPEN, may_pass, read_list
 
 HERE = Path(__file__).resolve().parent
@@ -64,10 +65,15 @@ def prepare(rundir: Path) -> Path:
     return rundir
 
 
-def run_kombu_classes(rundir: Path) -> runner.SuiteResult:
+#: Seconds the run may take from its start (beside the rest of the session: early.py).
+RUN_TIMEOUT = 1200
+
+
+def start_kombu_classes(rundir: Path) -> runner.Running:
+    """Start the classes' pytest subprocess in ``rundir``."""
     prepare(rundir)
     args = [MODULE, "-p", "no:cacheprovider", "-o", "timeout=120", "-q", "-ra"]
-    return runner.run_pytest("kombu-alkstore", rundir, args, runner.base_env(), timeout=1200)
+    return runner.Running("kombu-alkstore", rundir, args, runner.base_env())
 
 
 #: The module's fixture runs the whole upstream suite (inside the first test's setup).
@@ -76,7 +82,10 @@ pytestmark = [pytest.mark.timeout(1500), pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def kombu_result(tmp_path_factory) -> runner.SuiteResult:
-    result = run_kombu_classes(tmp_path_factory.mktemp("kombu-suite"))
+    # Started with the session (tests/upstream/early.py), or now when run on its own.
+    running = early.take("kombu", lambda: tmp_path_factory.mktemp("kombu-suite"))
+    with contextlib.closing(running):
+        result = running.finish(RUN_TIMEOUT)
     by_engine = {}
     for tid, outcome in result.outcomes.items():
         _, engine = split_engine(tid)
