@@ -256,4 +256,3 @@ def _serve():
 if __name__ == "__main__":
     _serve()
 '''
-

@@ -20,9 +20,7 @@ def setup_script(url: StoreURL, schema: str, grant: str | None = None) -> str:
     return (
         f"-- kombu-alkstore DDL for {url.engine}, schema {schema!r}\n"
         "-- idempotent: safe to apply again (IF NOT EXISTS, ON CONFLICT, a version that "
-        "only moves forward)\n\n"
-        + ddl_script(schema, url.engine)
-        + extra
+        "only moves forward)\n\n" + ddl_script(schema, url.engine) + extra
     )
 
 

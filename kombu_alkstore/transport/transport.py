@@ -546,4 +546,3 @@ class AckBuffer:
                     d.id,
                     d.queue,
                 )
-
