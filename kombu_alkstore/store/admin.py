@@ -122,6 +122,8 @@ class RateTally:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._trimmed = 0.0
+        #: Another writer flushes (see :meth:`hand_over`); the thread only waits.
+        self._handed_over = False
 
     def published(self, queues: Sequence[str]) -> None:
         """Count one publish per entry of ``queues`` (queue names)."""
@@ -158,32 +160,40 @@ class RateTally:
                 )
                 self._thread.start()
 
-    def _take(self) -> list[RatePoint]:
-        rows = [RatePoint(q, m, c[0], c[1]) for (q, m), c in self._counts.items()]
-        self._counts.clear()
-        return rows
+    def take(self) -> tuple[list[RatePoint], float | None]:
+        """What was counted since the last flush, and the cutoff of the per-minute rows to
+        trim now (None: not due), for a writer that flushes itself (:meth:`hand_over`)."""
+        with self._lock:
+            rows = [RatePoint(q, m, c[0], c[1]) for (q, m), c in self._counts.items()]
+            self._counts.clear()
+        now = time.time()
+        if not rows or now - self._trimmed <= self.trim_every:
+            return rows, None
+        self._trimmed = now
+        return rows, now - self.keep
+
+    def hand_over(self, handed: bool) -> None:
+        """While ``handed``, another writer calls :meth:`take` every :attr:`interval` and
+        writes the rows (a worker, on the connection its event loop already has); the
+        thread writes nothing. Handed back, the thread writes what is left."""
+        self._handed_over = handed
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self.flush()
+            if not self._handed_over:
+                self.flush()
 
     def flush(self) -> None:
         """Write what was counted since the last flush (one statement)."""
-        with self._lock:
-            rows = self._take()
-        self._flush_rows(rows)
-
-    def _flush_rows(self, rows: list[RatePoint]) -> None:
+        rows, trim_before = self.take()
         write, trim = self._write(), self._trim()
         if write is None or trim is None:
             return
         try:
             if rows:
                 write(rows)
-            now = time.time()
-            if rows and now - self._trimmed > self.trim_every:
-                self._trimmed = now
-                trim(now - self.keep)
+            if trim_before is not None:
+                trim(trim_before)
         except Exception as exc:  # counting must never break the caller
             logger.debug("alkstore: rate counts not written: %s", exc)
 

@@ -374,6 +374,17 @@ class ClaimSession(abc.ABC):
         """:meth:`Store.ack`: ``callback`` gets the set of ids whose ack landed."""
 
     @abc.abstractmethod
+    def write_rates(
+        self, rows: Sequence[RatePoint], trim_before: float | None, callback: Answer
+    ) -> None:
+        """Add counted rows (:meth:`Store._write_rates`) and, with ``trim_before``, trim
+        (:meth:`Store.trim_rates`); ``callback`` gets None per statement sent."""
+
+    @abc.abstractmethod
+    def release(self, deliveries: Sequence[Delivery], callback: Answer) -> None:
+        """:meth:`Store.release`: ``callback`` gets the set of ids handed back."""
+
+    @abc.abstractmethod
     def has_due(self, queues: Sequence[str], callback: Answer) -> None:
         """:meth:`Store.has_due`: ``callback`` gets a bool."""
 

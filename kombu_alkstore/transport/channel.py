@@ -305,7 +305,7 @@ class Channel(virtual.Channel):
         consumed = set() if self.closed else set(self._active_queues)
         gone = [d for d in got if d.queue not in consumed]
         if gone:
-            hand_back(self.store, gone)
+            self.connection.hand_back(gone)
         full = more or again or len(got) >= limit
         self.connection.on_batch(self, full)
         if len(gone) < len(got):
@@ -319,6 +319,7 @@ class Channel(virtual.Channel):
         held = self.held
         self.connection.heartbeats.ensure_started()
         pending = deque(deliveries)
+        read_at = time.monotonic()  # the claim just read the revoke marks
         try:
             while pending:
                 d = pending.popleft()
@@ -330,14 +331,13 @@ class Channel(virtual.Channel):
                     held[tag] = d
                 if d.revoked:
                     revokes.tell_worker(d.msg_id)
-                started = time.monotonic()
                 try:
                     self.connection._deliver(message, d.queue)
                 except Exception as exc:
                     # The consumer could not take it (e.g. a task body Celery cannot
                     # parse): dead-letter it rather than crash the worker on it forever.
                     self._refuse(d, tag, exc)
-                revokes.recheck_if_slow(self.store, started, pending)
+                read_at = revokes.recheck_if_stale(self.store, read_at, pending)
         finally:
             rest = [d for d in pending if d.queue not in self._no_ack_queues]
             if rest:  # a callback raised mid-batch: hand the rest back untouched

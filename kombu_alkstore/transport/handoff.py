@@ -23,7 +23,6 @@ from typing import Any
 
 from ..store import Delivery, Wakeup
 from . import revokes
-from .held import hand_back
 
 logger = logging.getLogger("kombu_alkstore")
 
@@ -118,13 +117,13 @@ class Handoff:
                 orphans.append(delivery)
             else:
                 mine.setdefault(channel, []).append(delivery)
-        hand_back(t.store, orphans)
+        t.hand_back(orphans)
         for channel, deliveries in mine.items():
             pending = deque(deliveries)
+            read_at = time.monotonic()
             while pending:
-                started = time.monotonic()
                 self._deliver(channel, pending.popleft())
-                revokes.recheck_if_slow(t.store, started, pending)
+                read_at = revokes.recheck_if_stale(t.store, read_at, pending)
 
     def _deliver(self, channel: Any, delivery: Delivery) -> None:
         """One job handed to ``channel``'s offer, already claimed for it."""
@@ -136,6 +135,6 @@ class Handoff:
             or delivery.queue not in channel._active_queues
             or not channel.qos.can_consume()
         ):
-            hand_back(channel.store, [delivery])  # the offer changed on the job's way
+            self.transport.hand_back([delivery])  # the offer changed on the job's way
             return
         channel._dispatch([delivery])

@@ -188,6 +188,8 @@ class Transport(virtual.Transport):
         claims, self.claims = self.claims, None
         if claims is None:
             return
+        if self.store is not None:
+            self.store.rates_tally.hand_over(False)  # its thread writes what is left
         if self._loop is not None:
             self._loop.remove(claims.fileno())
         try:
@@ -219,6 +221,12 @@ class Transport(virtual.Transport):
         if self.options.async_claims and self.store.capabilities.session:
             self.claims = self.store.session()
             loop.add_reader(self.claims.fileno(), self._guarded(self.claims.on_readable))
+            # The rate counts go on this connection too, not on a pooled one.
+            self.store.rates_tally.hand_over(True)
+            tally = self.store.rates_tally
+            self._trefs.append(
+                loop.call_repeatedly(tally.interval, self._guarded(self._write_rates))
+            )
         self._trefs += [
             loop.call_repeatedly(self.polling_interval, self._guarded(self._safety_poll)),
             loop.call_repeatedly(self.options.sweep_interval, self._guarded(self.sweep)),
@@ -332,6 +340,35 @@ class Transport(virtual.Transport):
         if isinstance(answer, BaseException):
             raise answer
         return True
+
+    def _write_rates(self) -> None:
+        """The rate counts of this process, on the claims connection (see RateTally)."""
+        if self.claims is not None:
+            rows, trim_before = self.store.rates_tally.take()
+            self.claims.write_rates(rows, trim_before, self._rates_written)
+
+    @staticmethod
+    def _rates_written(outcome: None | BaseException) -> None:
+        if isinstance(outcome, BaseException):  # counting must never break the worker
+            logger.debug("alkstore: rate counts not written: %s", outcome)
+
+    def hand_back(self, deliveries: list[Any]) -> None:
+        """Return claimed, undelivered jobs to pending, their attempt refunded: from the
+        event loop's thread through the claims connection (no wait, no pooled
+        connection), elsewhere at once (see held.hand_back)."""
+        if not deliveries:
+            return
+        if self.claims is not None and self.acks.in_loop_thread():
+            self.claims.release(deliveries, self._handed_back)
+        else:
+            hand_back(self.store, deliveries)
+
+    def _handed_back(self, outcome: set[int] | BaseException) -> None:
+        if not self._usable(outcome):
+            logger.warning(
+                "alkstore: could not hand back messages (%r); their claims lapse by themselves",
+                outcome,
+            )
 
     def _due_answered(self, due: bool | BaseException) -> None:
         if self._usable(due) and due:

@@ -1,10 +1,13 @@
-"""An idle worker's connections to PostgreSQL (issue 18: an idle worker host holds at most 2).
+"""A worker's connections to PostgreSQL (issue 18: an idle worker host holds at most 2, a
+busy one 2 and one per pool process that publishes).
 
 A ``celery worker`` subprocess, its connections told apart by ``application_name``: once
 started it keeps its LISTEN connection and its claims connection and nothing else, over
 more than one period of anything periodic it does (Celery's worker heartbeat events every
-2 s, the safety-net poll, the maintenance round). Pooled connections are closed after
-1 s unused here (``pool_max_idle``), so one opened now and then is seen.
+2 s, the safety-net poll, the maintenance round), and while it works through bursts of
+tasks that do not publish (claims, hand-offs and the jobs handed back when a hand-off
+races a claim, acks). Pooled connections are closed after 1 s unused here
+(``pool_max_idle``), so one opened now and then is seen.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import psycopg
 import pytest
 
 from tests.conftest import Target
-from tests.helpers import options_env, wait_for, worker_process
+from tests.helpers import make_app, options_env, read_record, wait_for, worker_process
 
 pytestmark = pytest.mark.slow
 
@@ -30,10 +33,17 @@ def _connections(url: str, name: str) -> int:
         return conn.execute(sql, (name,)).fetchone()[0]
 
 
-def test_an_idle_worker_holds_two_connections(pg_target, tmp_path):
-    name = "idle-" + uuid.uuid4().hex[:10]
+def _named(pg_target: Target, prefix: str) -> tuple[Target, str]:
+    """``pg_target`` with its connections named apart (the producer's are not)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
     sep = "&" if "?" in pg_target.url else "?"
-    target = Target("postgresql", f"{pg_target.url}{sep}application_name={name}", pg_target.schema)
+    return Target(
+        "postgresql", f"{pg_target.url}{sep}application_name={name}", pg_target.schema
+    ), name
+
+
+def test_an_idle_worker_holds_two_connections(pg_target, tmp_path):
+    target, name = _named(pg_target, "idle")
     env = options_env(pool_max_idle=1.0, polling_interval=2.0, sweep_interval=5.0)
     record = tmp_path / "record.tsv"
     with worker_process(target, record, "-P", "prefork", "-c", "2", **env) as proc:
@@ -47,3 +57,39 @@ def test_an_idle_worker_holds_two_connections(pg_target, tmp_path):
             time.sleep(0.25)
     assert max(seen) <= 2, f"connections seen while idle (every 0.25 s): {seen}"
     assert min(seen) == 2, f"the LISTEN and claims connections were not both held: {seen}"
+
+
+def test_a_busy_worker_whose_tasks_do_not_publish_holds_two_connections(pg_target, tmp_path):
+    target, name = _named(pg_target, "busy")
+    env = options_env(pool_max_idle=1.0)
+    record = tmp_path / "record.tsv"
+    producer = make_app(pg_target)
+    with worker_process(target, record, "-P", "prefork", "-c", "4", **env) as proc:
+        wait_for(lambda: _connections(pg_target.url, name) >= 2, 60, interval=0.2)
+        time.sleep(4)  # start-up (declares, mingle) is over; its pooled connection closes
+        seen, extra = [], []
+        sent = 0
+        # Bursts with pauses between: the worker goes idle and offers its slots, so each
+        # burst starts with hand-offs racing its claims.
+        for burst in (1, 5, 20, 60, 150, 300):
+            for _ in range(burst):
+                producer.send_task("tests.apps.proj.mark", (f"b{sent}",))
+                sent += 1
+            end = time.monotonic() + 30
+            while len(read_record(record)) < sent:
+                assert time.monotonic() < end, f"{len(read_record(record))}/{sent} ran"
+                assert proc.poll() is None, "the worker exited"
+                now = _queries(pg_target.url, name)
+                seen.append(len(now))
+                if len(now) > 2:
+                    extra.append(now)
+                time.sleep(0.05)
+            time.sleep(0.5)
+    assert max(seen) <= 2, f"connections seen while busy (every 0.05 s): {seen}; {extra}"
+
+
+def _queries(url: str, name: str) -> list[str]:
+    """The last statement of each connection named ``name``."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        sql = "SELECT left(query, 60) FROM pg_stat_activity WHERE application_name = %s"
+        return [r[0] for r in conn.execute(sql, (name,))]

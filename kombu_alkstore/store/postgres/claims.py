@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ..base import MAINTENANCE_JOBS, Answer, ClaimSession, Delivery, Row, check_lease_ttl
+from ..base import (
+    MAINTENANCE_JOBS,
+    Answer,
+    ClaimSession,
+    Delivery,
+    RatePoint,
+    Row,
+    check_lease_ttl,
+)
 from .session import Answer as Rows
 from .session import PipelineSession
 
@@ -38,10 +46,13 @@ STATEMENTS = (
     "claim_one",
     "claim_any",
     "ack",
+    "pend",
     "has_due",
     "touch_queues",
     "register",
     "lease_acquire",
+    "rates_add",
+    "rates_trim",
     *MAINTENANCE_JOBS,
 )
 #: Seconds :meth:`PostgresClaimSession.wait` waits for the server before it gives up.
@@ -140,6 +151,10 @@ class PostgresClaimSession(ClaimSession):
 
         self._send("ack", self._store._handles(held), answered)
 
+    def release(self, deliveries: Sequence[Delivery], callback: Answer) -> None:
+        params = self._store._pend_params([(d, 0.0, 1) for d in deliveries])
+        self._send("pend", params, _outcome(callback, lambda rows: {r["id"] for r in rows}))
+
     def has_due(self, queues: Sequence[str], callback: Answer) -> None:
         def answered(rows: Rows) -> None:
             callback(rows if isinstance(rows, BaseException) else bool(rows and rows[0]["due"]))
@@ -147,13 +162,22 @@ class PostgresClaimSession(ClaimSession):
         self._send("has_due", {"queues": list(queues)}, answered)
 
     def touch_queues(self, queues: Sequence[str], callback: Answer) -> None:
-        self._send("touch_queues", {"names": list(queues)}, _outcome(callback, lambda _: None))
+        self._send("touch_queues", {"names": list(queues)}, _outcome(callback, _none))
 
     def register(
         self, address: int, chan: int, queues: Sequence[str], slots: int, callback: Answer
     ) -> None:
         params = {"pid": address, "chan": chan, "queues": list(queues), "slots": int(slots)}
-        self._send("register", params, _outcome(callback, lambda _: None))
+        self._send("register", params, _outcome(callback, _none))
+
+    def write_rates(
+        self, rows: Sequence[RatePoint], trim_before: float | None, callback: Answer
+    ) -> None:
+        if rows:
+            params = self._store._rates_params(list(rows))
+            self._send("rates_add", params, _outcome(callback, _none))
+        if trim_before is not None:
+            self._send("rates_trim", {"before": trim_before}, _outcome(callback, _none))
 
     def lease_acquire(self, name: str, owner: str, ttl: float, callback: Answer) -> None:
         check_lease_ttl(ttl)
@@ -202,6 +226,10 @@ class PostgresClaimSession(ClaimSession):
                 error = error or exc
         if error is not None:
             raise error
+
+
+def _none(rows: Any) -> None:
+    return None
 
 
 def _outcome(callback: Answer, convert: Callable[[Any], Any]) -> Callable[[Rows], None]:

@@ -366,10 +366,15 @@ class PostgresStore(Store):
     def _pend_held(self, held: list[tuple[Delivery, float, int]]) -> set[int]:
         if not held:
             return set()
-        params = self._handles([d for d, _, _ in held])
+        return self._ids("pend", self._pend_params(held))
+
+    @classmethod
+    def _pend_params(cls, held: list[tuple[Delivery, float, int]]) -> dict[str, Any]:
+        """``pend``'s parameters for ``(delivery, delay, refund)`` triples."""
+        params = cls._handles([d for d, _, _ in held])
         params["delays"] = [float(w) for _, w, _ in held]
         params["refunds"] = [int(r) for _, _, r in held]
-        return self._ids("pend", params)
+        return params
 
     def _kill_held(self, held: list[Delivery], error: str) -> set[int]:
         if not held:
@@ -418,16 +423,18 @@ class PostgresStore(Store):
         return len(self._all("dead_move", {"ids": [int(i) for i in ids], "to": queue}))
 
     def _write_rates(self, rows: list[RatePoint]) -> None:
-        self._run(
-            "rates_add",
-            {
-                "queues": [r.queue for r in rows],
-                "minutes": [r.minute for r in rows],
-                "pub": [r.published for r in rows],
-                "ack": [r.acked for r in rows],
-                "total": TOTAL_MINUTE,
-            },
-        )
+        self._run("rates_add", self._rates_params(rows))
+
+    @staticmethod
+    def _rates_params(rows: list[RatePoint]) -> dict[str, Any]:
+        """``rates_add``'s parameters for counted rows."""
+        return {
+            "queues": [r.queue for r in rows],
+            "minutes": [r.minute for r in rows],
+            "pub": [r.published for r in rows],
+            "ack": [r.acked for r in rows],
+            "total": TOTAL_MINUTE,
+        }
 
     # ------------------------------------------------------------------- routing
     def exchange_declare(self, name: str, type_: str) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from kombu_alkstore.errors import ConfigurationError
 from kombu_alkstore.store import ClaimSession, NewJob, bound_connection
+from kombu_alkstore.store.admin import RatePoint
 from tests.store.conformance.helpers import EPS, forged
 from tests.store.conformance.test_transactional import _caller_connection
 
@@ -163,6 +164,20 @@ def test_session_answers_every_request_once_by_callback(store, opener):
         assert store.get_job(got[2].id).state == "processing"
         (c,) = store.counts(["q"])
         assert (c.pending, c.processing) == (2, 1)
+
+        # A hand-back: pending again at once, its attempt refunded; a stale one is not.
+        session.release([got[2]], answers("release"))
+        session.release([stale], answers("stale release"))
+        # Rate counts written (and trimmed) on the session, as a worker's loop does.
+        point = RatePoint("q", time.time() // 60 * 60, 2, 1)
+        session.write_rates([point], time.time() - 86400, answers("rates"))
+        session.wait()
+        assert answers.once("release") == {got[2].id}
+        assert answers.once("stale release") == set()
+        back = store.get_job(got[2].id)
+        assert (back.state, back.attempts) == ("pending", 0)
+        assert answers.calls["rates"] == [None, None]
+        assert [(p.queue, p.published, p.acked) for p in store.rate_points(0)] == [("q", 2, 1)]
         with pytest.raises(ConfigurationError):
             session.maintain("no such job", answers("bad"))
         assert "bad" not in answers.calls or answers.calls["bad"] == []
