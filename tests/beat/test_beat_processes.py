@@ -146,12 +146,15 @@ def test_more_than_64_missed_boundaries_fire_64_and_skip_the_rest(target, tmp_pa
     with beat_process(target, record, log):
         wait_for(lambda: "skipped" in log_text(log), timeout=25)
         time.sleep(0.3)
-    fired = queued_boundaries(store, name="big")
-    assert len(fired) == CATCH_UP_LIMIT
-    assert sorted(fired) == [start + i * 60 for i in range(CATCH_UP_LIMIT)]
+    fired = sorted(queued_boundaries(store, name="big"))
+    caught_up, on_time = fired[:CATCH_UP_LIMIT], fired[CATCH_UP_LIMIT:]
+    assert caught_up == [start + i * 60 for i in range(CATCH_UP_LIMIT)]
+    # The test may straddle the minute: ``grid`` then comes due while the beat runs and
+    # fires on time after the catch-up (or, passed before the first tick, is skipped).
+    assert on_time in ([], [grid]), on_time
     now_next = next_at(store, "big")
-    assert now_next == grid or now_next == grid + 60  # the next future boundary, on the grid
-    skipped = (now_next - start) / 60 - CATCH_UP_LIMIT
+    assert now_next == grid + 60 if on_time else now_next in (grid, grid + 60)
+    skipped = (now_next - start) / 60 - CATCH_UP_LIMIT - len(on_time)
     text = log_text(log)
     assert f"fired {CATCH_UP_LIMIT}, skipped {int(skipped)}" in text, text[-2000:]
     store.close()
