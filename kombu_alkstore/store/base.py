@@ -389,6 +389,10 @@ class ClaimSession(abc.ABC):
         """:meth:`Store.has_due`: ``callback`` gets a bool."""
 
     @abc.abstractmethod
+    def next_due(self, queues: Sequence[str], callback: Answer) -> None:
+        """:meth:`Store.next_due`: ``callback`` gets the epoch seconds, or None."""
+
+    @abc.abstractmethod
     def touch_queues(self, queues: Sequence[str], callback: Answer) -> None:
         """:meth:`Store.touch_queues`: ``callback`` gets None."""
 

@@ -290,21 +290,28 @@ class Transport(virtual.Transport):
         self.handoff.update_idle()
 
     def _learn_next_due(self) -> None:
-        """Ask the store when the next delayed job is due (engines whose wake-ups don't say)."""
+        """Ask the store when the next delayed job is due: from the event loop's thread
+        on the claims connection (no wait, no pooled connection), elsewhere at once."""
         queues = sorted(self._active_queues())
-        if queues and self.store is not None:
-            when = self.store.next_due(queues)
-            if when is None:
+        if not queues or self.store is None:
+            return
+        if self.claims is not None and self.acks.in_loop_thread():
+            self.claims.next_due(queues, self._next_due_answered)
+        else:
+            self._next_due_answered(self.store.next_due(queues))
+
+    def _next_due_answered(self, when: float | None | BaseException) -> None:
+        if not self._usable(when) or when is None:
+            return
+        if when <= time.time():
+            if self._starved or any(ch.claiming for ch in self.channels):
+                # A backlog: claims resume as slots free (see _on_tick). Or a claim in
+                # flight, which may take this job: ask again once it is answered (see
+                # on_batch), or later due times wait for the safety-net poll.
+                self._relearn = True
                 return
-            if when <= time.time():
-                if self._starved or any(ch.claiming for ch in self.channels):
-                    # A backlog: claims resume as slots free (see _on_tick). Or a claim
-                    # in flight, which may take this job: ask again once it is answered
-                    # (see on_batch), or later due times wait for the safety-net poll.
-                    self._relearn = True
-                    return
-                when = time.time() + 0.005  # it fell due while we claimed: look again
-            self._schedule_at(when)
+            when = time.time() + 0.005  # it fell due while we claimed: look again
+        self._schedule_at(when)
 
     def _remember_next_at(self, when: float) -> bool:
         """Keep the earliest future due time; True if ``when`` became it."""

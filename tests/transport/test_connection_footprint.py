@@ -70,10 +70,12 @@ def test_a_busy_worker_whose_tasks_do_not_publish_holds_two_connections(pg_targe
         seen, extra = [], []
         sent = 0
         # Bursts with pauses between: the worker goes idle and offers its slots, so each
-        # burst starts with hand-offs racing its claims.
+        # burst starts with hand-offs racing its claims. Two countdowns per burst fall
+        # due while it works or after (the loop then asks when the next one is due).
         for burst in (1, 5, 20, 60, 150, 300):
-            for _ in range(burst):
-                producer.send_task("tests.apps.proj.mark", (f"b{sent}",))
+            for i in range(burst + 2):
+                countdown = 1.0 if i < 2 else None
+                producer.send_task("tests.apps.proj.mark", (f"b{sent}",), countdown=countdown)
                 sent += 1
             end = time.monotonic() + 30
             while len(read_record(record)) < sent:

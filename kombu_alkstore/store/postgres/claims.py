@@ -48,6 +48,7 @@ STATEMENTS = (
     "ack",
     "pend",
     "has_due",
+    "next_due",
     "touch_queues",
     "register",
     "lease_acquire",
@@ -160,6 +161,10 @@ class PostgresClaimSession(ClaimSession):
             callback(rows if isinstance(rows, BaseException) else bool(rows and rows[0]["due"]))
 
         self._send("has_due", {"queues": list(queues)}, answered)
+
+    def next_due(self, queues: Sequence[str], callback: Answer) -> None:
+        params = {"queues": list(queues)}
+        self._send("next_due", params, _outcome(callback, lambda rows: rows[0]["next_due"]))
 
     def touch_queues(self, queues: Sequence[str], callback: Answer) -> None:
         self._send("touch_queues", {"names": list(queues)}, _outcome(callback, _none))

@@ -127,23 +127,29 @@ def test_session_answers_every_request_once_by_callback(store, opener):
         for i, priority in enumerate([0, 5, 0, 9, 5]):
             store.enqueue("q", b"x", msg_id=f"m{i}", priority=priority)
         store.enqueue("q", b"old", msg_id="expired", expires_at=time.time() - 1)
+        later = time.time() + 600
+        store.enqueue("later", b"x", msg_id="later", run_at=later)
         other.queue_declare("touched", expires=0.3)
         time.sleep(0.4)  # "touched" is unused past its expiry, until the session touches it
         answers = Answers()
         session.claim(["q"], 3, answers("claim"))
         session.has_due(["q"], answers("due"))
         session.has_due(["empty"], answers("not due"))
+        session.next_due(["later", "empty"], answers("next due"))
+        session.next_due(["empty"], answers("none due"))
         session.touch_queues(["touched"], answers("touch"))
         session.lease_acquire("round", "me", 30, answers("lease"))
         session.lease_acquire("round", "someone else", 30, answers("lease taken"))
         session.maintain("expire", answers("maintain"))
-        assert session.in_flight() == 7  # sent, none answered: no call waited
+        assert session.in_flight() == 9  # sent, none answered: no call waited
         _answer_by_select(session)
         got, more = answers.once("claim")
         assert [d.msg_id for d in got] == ["m3", "m1", "m4"]  # priority DESC, run_at, id
         assert more is False
         assert answers.once("due") is True
         assert answers.once("not due") is False
+        assert answers.once("next due") == pytest.approx(later, abs=0.01)
+        assert answers.once("none due") is None
         assert answers.once("touch") is None
         assert other.maintain("expired_queues").queues == ()  # the touch landed
         assert answers.once("lease") is True
