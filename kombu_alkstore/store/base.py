@@ -389,6 +389,11 @@ class ClaimSession(abc.ABC):
         """:meth:`Store.has_due`: ``callback`` gets a bool."""
 
     @abc.abstractmethod
+    def heartbeat(self, deliveries: Sequence[Delivery], callback: Answer) -> None:
+        """:meth:`Store.heartbeat` (each job by its own visibility timeout): ``callback``
+        gets the set of ids still held."""
+
+    @abc.abstractmethod
     def next_due(self, queues: Sequence[str], callback: Answer) -> None:
         """:meth:`Store.next_due`: ``callback`` gets the epoch seconds, or None."""
 

@@ -9,6 +9,11 @@ greenlet where the process is monkey-patched, which runs whenever a task yields)
 Each job is extended by its own visibility timeout, as stamped by its publisher, at
 least every third of the shortest one held: a producer configured with a shorter timeout
 than the worker's cannot make its jobs lapse between beats.
+
+Where an event loop with a claims connection runs (prefork, threads), the loop beats on
+that connection when a beat is due (:meth:`Heartbeater.take_due`, from a timer every
+``MAX_SLEEP``), so a busy worker holds no connection for heartbeats; the thread beats,
+on a pooled connection, only when the loop is late by ``LOOP_GRACE`` (a task blocks it).
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ from typing import Any
 #: The longest the thread sleeps before looking again at what is held (a new job with a
 #: short timeout may have arrived since).
 MAX_SLEEP = 0.5
+#: How far past due the thread lets a beat go while an event loop beats (at most half
+#: the interval): later, the loop is taken as blocked and the thread beats.
+LOOP_GRACE = 1.0
 
 
 def beat_interval(configured: float, held: Iterable[Any]) -> float:
@@ -48,6 +56,8 @@ class Heartbeater:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.last = time.monotonic()
+        #: An event loop beats when due (see take_due): the thread beats only if it is late.
+        self.loop_beats = False
 
     def ensure_started(self) -> None:
         if self._thread is not None:
@@ -69,16 +79,26 @@ class Heartbeater:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
 
-    def due_in(self) -> float:
-        """Seconds until the next beat is due for what is held now (0: due)."""
+    def due_in(self, grace: bool = False) -> float:
+        """Seconds until the next beat is due for what is held now (0: due); with
+        ``grace``, until the thread's turn (later while an event loop beats)."""
         held = self._held()
         if not held:
             return MAX_SLEEP
-        return self.last + beat_interval(self._configured, held) - time.monotonic()
+        interval = beat_interval(self._configured, held)
+        late = min(LOOP_GRACE, interval / 2) if grace and self.loop_beats else 0.0
+        return self.last + interval + late - time.monotonic()
+
+    def take_due(self) -> bool:
+        """For the event loop: True if a beat is due now, which the caller then sends."""
+        if self.due_in() > 0:
+            return False
+        self.last = time.monotonic()
+        return True
 
     def _run(self, stop: threading.Event) -> None:
         while not stop.is_set():
-            wait = self.due_in()
+            wait = self.due_in(grace=True)
             if wait > 0:
                 stop.wait(min(wait, MAX_SLEEP))
                 continue

@@ -9,6 +9,7 @@ source. A slow safety-net re-poll covers lost notifications.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -22,7 +23,7 @@ from ..store import Store, StoreURL, Waiter, acquire_store, connection_errors, r
 from ..store.options import parse_store_url
 from .channel import Channel
 from .handoff import Handoff
-from .heartbeat import Heartbeater
+from .heartbeat import MAX_SLEEP, Heartbeater
 from .held import hand_back, tag_of
 from .options import parse_transport_options
 from .reasons import install as _install_reasons
@@ -188,6 +189,7 @@ class Transport(virtual.Transport):
         claims, self.claims = self.claims, None
         if claims is None:
             return
+        self.heartbeats.loop_beats = False  # its thread beats on its own now
         if self.store is not None:
             self.store.rates_tally.hand_over(False)  # its thread writes what is left
         if self._loop is not None:
@@ -224,9 +226,11 @@ class Transport(virtual.Transport):
             # The rate counts go on this connection too, not on a pooled one.
             self.store.rates_tally.hand_over(True)
             tally = self.store.rates_tally
-            self._trefs.append(
-                loop.call_repeatedly(tally.interval, self._guarded(self._write_rates))
-            )
+            self._trefs += [
+                loop.call_repeatedly(tally.interval, self._guarded(self._write_rates)),
+                loop.call_repeatedly(MAX_SLEEP, self._guarded(self._loop_heartbeat)),
+            ]
+            self.heartbeats.loop_beats = True
         self._trefs += [
             loop.call_repeatedly(self.polling_interval, self._guarded(self._safety_poll)),
             loop.call_repeatedly(self.options.sweep_interval, self._guarded(self.sweep)),
@@ -444,12 +448,23 @@ class Transport(virtual.Transport):
         if not held or store is None or self.lost:
             return
         try:
-            alive = store.heartbeat(held)
+            alive: set[int] | BaseException = store.heartbeat(held)
         except Exception as exc:
+            alive = exc
+        self._beat_answered(held, alive)
+
+    def _loop_heartbeat(self) -> None:
+        """The heartbeat from the event loop, on the claims connection, when it is due."""
+        held = list(self.held.values())
+        if held and self.claims is not None and not self.lost and self.heartbeats.take_due():
+            self.claims.heartbeat(held, functools.partial(self._beat_answered, held))
+
+    def _beat_answered(self, held: list[Any], alive: set[int] | BaseException) -> None:
+        if isinstance(alive, BaseException):
             logger.warning(
                 "alkstore: heartbeat failed (%r); the claims hold until their "
                 "deadlines and the next beat retries",
-                exc,
+                alive,
             )
             return
         for d in held:

@@ -90,6 +90,36 @@ def test_a_busy_worker_whose_tasks_do_not_publish_holds_two_connections(pg_targe
     assert max(seen) <= 2, f"connections seen while busy (every 0.05 s): {seen}; {extra}"
 
 
+def test_a_worker_holding_claims_beats_on_its_claims_connection(pg_target, tmp_path):
+    """acks_late tasks held through several beats (one a second): the event loop extends
+    their claims on its claims connection, opening no pooled connection for it, and each
+    task runs once (a beat missed for 3 s would let a claim lapse and the task run again)."""
+    target, name = _named(pg_target, "beats")
+    env = options_env(pool_max_idle=1.0, visibility_timeout=3.0)
+    record = tmp_path / "record.tsv"
+    producer = make_app(pg_target, transport_options={"visibility_timeout": 3.0})
+    worker = ("-P", "prefork", "-c", "2")
+    with worker_process(target, record, *worker, ALKSTORE_TEST_ACKS_LATE="1", **env) as proc:
+        wait_for(lambda: _connections(pg_target.url, name) >= 2, 60, interval=0.2)
+        time.sleep(4)  # start-up (declares, mingle) is over; its pooled connection closes
+        keys = [f"long{i}" for i in range(4)]
+        for key in keys:  # two run 5 s while two wait in the prefetch, all held
+            producer.send_task("tests.apps.proj.mark", (key, 5.0))
+        seen, extra = [], []
+        end = time.monotonic() + 40
+        while len(read_record(record)) < len(keys):
+            assert time.monotonic() < end, f"{len(read_record(record))}/{len(keys)} ran"
+            assert proc.poll() is None, "the worker exited"
+            now = _queries(pg_target.url, name)
+            seen.append(len(now))
+            if len(now) > 2:
+                extra.append(now)
+            time.sleep(0.1)
+        time.sleep(4)  # a lapsed claim would be claimed and run again meanwhile
+    assert sorted(r[0] for r in read_record(record)) == keys, "a task ran twice"
+    assert max(seen) <= 2, f"connections seen while holding (every 0.1 s): {seen}; {extra}"
+
+
 def _queries(url: str, name: str) -> list[str]:
     """The last statement of each connection named ``name``."""
     with psycopg.connect(url, autocommit=True) as conn:

@@ -46,6 +46,7 @@ STATEMENTS = (
     "claim_one",
     "claim_any",
     "ack",
+    "heartbeat",
     "pend",
     "has_due",
     "next_due",
@@ -152,9 +153,13 @@ class PostgresClaimSession(ClaimSession):
 
         self._send("ack", self._store._handles(held), answered)
 
+    def heartbeat(self, deliveries: Sequence[Delivery], callback: Answer) -> None:
+        params = {**self._store._handles(list(deliveries)), "extend": None}
+        self._send("heartbeat", params, _outcome(callback, _ids))
+
     def release(self, deliveries: Sequence[Delivery], callback: Answer) -> None:
         params = self._store._pend_params([(d, 0.0, 1) for d in deliveries])
-        self._send("pend", params, _outcome(callback, lambda rows: {r["id"] for r in rows}))
+        self._send("pend", params, _outcome(callback, _ids))
 
     def has_due(self, queues: Sequence[str], callback: Answer) -> None:
         def answered(rows: Rows) -> None:
@@ -235,6 +240,10 @@ class PostgresClaimSession(ClaimSession):
 
 def _none(rows: Any) -> None:
     return None
+
+
+def _ids(rows: Any) -> set[int]:
+    return {r["id"] for r in rows}
 
 
 def _outcome(callback: Answer, convert: Callable[[Any], Any]) -> Callable[[Rows], None]:

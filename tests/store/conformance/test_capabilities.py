@@ -163,10 +163,15 @@ def test_session_answers_every_request_once_by_callback(store, opener):
         stale = forged(got[2], token=got[2].token + 1)
         session.ack(got[:2], answers("ack"))
         session.ack([stale], answers("stale ack"))
+        deadline = store.get_job(got[2].id).deadline
+        time.sleep(0.05)
+        session.heartbeat([got[2], stale], answers("beat"))
         session.wait()  # the blocking way to read every answer
         assert session.in_flight() == 0
         assert answers.once("ack") == {got[0].id, got[1].id}
         assert answers.once("stale ack") == set()
+        assert answers.once("beat") == {got[2].id}  # the stale token's beat is refused
+        assert store.get_job(got[2].id).deadline > deadline
         assert store.get_job(got[2].id).state == "processing"
         (c,) = store.counts(["q"])
         assert (c.pending, c.processing) == (2, 1)
