@@ -3,12 +3,14 @@ publishers, alkstore on PostgreSQL beside Redis and RabbitMQ, in one run.
 
     python benchmarks/many_hosts.py [--tasks 8000] [--rate 100] [--seconds 10]
 
-Per broker: **publish** (4 publisher processes, confirmed publishes: alkstore's durable
-commit, RabbitMQ publisher confirms, Redis's reply), **drain** (the backlog left by the
-publish, by 4 ``celery worker -P prefork -c 2`` processes started together: first to last
-task start) and **latency under load** (4 publishers sending probes at ``--rate`` each per
-second while the workers run: task start minus send, p50/p99). Ratios against Redis and
-RabbitMQ are printed at the end. Places are private (schema, vhost, Redis db 15).
+Per broker: **publish** (4 publisher processes, started together once each has connected
+and sent one warm-up message; confirmed publishes: alkstore's durable commit, RabbitMQ
+publisher confirms, Redis's reply; from the start to the last publish returned),
+**drain** (the backlog left by the publish, by 4 ``celery worker -P prefork -c 2``
+processes started together: first to last task start) and **latency under load** (4
+publishers sending probes at ``--rate`` each per second while the workers run: task start
+minus send, p50/p99). Ratios against Redis and RabbitMQ are printed at the end. Places
+are private (schema, vhost, Redis db 15).
 """
 
 from __future__ import annotations
@@ -56,9 +58,16 @@ def noop():
 def probe(sent):
     _record("probe", repr(sent), repr(time.time()))
 
+@app.task(name="mh.warm")
+def warm():
+    pass
+
 if __name__ == "__main__":  # a publisher: mode, count, rate (per second; 0: flat out)
     mode, count, rate = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     with app.producer_or_acquire() as producer:
+        app.send_task("mh.warm", producer=producer)  # connected, queue declared
+        print("ready", flush=True)
+        sys.stdin.readline()  # "go": the four start together
         start = time.time()
         for i in range(count):
             if mode == "noop":
@@ -69,26 +78,40 @@ if __name__ == "__main__":  # a publisher: mode, count, rate (per second; 0: fla
                 delay = start + (i + 1) / rate - time.time()
                 if delay > 0:
                     time.sleep(delay)
-    print(time.time() - start, flush=True)
+    print(time.time(), flush=True)
 """
 
 
 def publishers(env: dict, workdir: Path, mode: str, count: int, rate: float) -> float:
-    """4 publisher processes, ``count`` messages each; seconds until all returned."""
-    start = time.time()
+    """4 publisher processes, ``count`` messages each, started together once each has
+    connected and published one warm-up message; seconds from the start to the last
+    publish returned (interpreter start-up and connecting are not counted)."""
     procs = [
         subprocess.Popen(
             [sys.executable, str(workdir / "mh_tasks.py"), mode, str(count), str(rate)],
             env=env,
             cwd=workdir,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         for _ in range(4)
     ]
-    for p in procs:
-        p.communicate(timeout=600)
-    return time.time() - start
+    try:
+        for p in procs:
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"a publisher did not start: exit {p.wait(30)}")
+        start = time.time()
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        ends = [float(p.communicate(timeout=600)[0].split()[-1]) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    return max(ends) - start
 
 
 def records(path: Path, kind: str) -> list[list[str]]:
