@@ -4,10 +4,11 @@ busy one 2 and one per pool process that publishes).
 A ``celery worker`` subprocess, its connections told apart by ``application_name``: once
 started it keeps its LISTEN connection and its claims connection and nothing else, over
 more than one period of anything periodic it does (Celery's worker heartbeat events every
-2 s, the safety-net poll, the maintenance round), and while it works through bursts of
-tasks that do not publish (claims, hand-offs and the jobs handed back when a hand-off
-races a claim, acks). Pooled connections are closed after 1 s unused here
-(``pool_max_idle``), so one opened now and then is seen.
+2 s, the safety-net poll, the maintenance round), while it works through bursts of tasks
+that do not publish (claims, hand-offs and the jobs handed back when a hand-off races a
+claim, acks, countdowns falling due), and while it holds claims through many heartbeats.
+Pooled connections are closed after 1 s unused here (``pool_max_idle``), so one opened
+now and then is seen.
 """
 
 from __future__ import annotations
@@ -77,15 +78,9 @@ def test_a_busy_worker_whose_tasks_do_not_publish_holds_two_connections(pg_targe
                 countdown = 1.0 if i < 2 else None
                 producer.send_task("tests.apps.proj.mark", (f"b{sent}",), countdown=countdown)
                 sent += 1
-            end = time.monotonic() + 30
-            while len(read_record(record)) < sent:
-                assert time.monotonic() < end, f"{len(read_record(record))}/{sent} ran"
-                assert proc.poll() is None, "the worker exited"
-                now = _queries(pg_target.url, name)
-                seen.append(len(now))
-                if len(now) > 2:
-                    extra.append(now)
-                time.sleep(0.05)
+            got, more = _watch(pg_target.url, name, proc, record, sent, 30, every=0.05)
+            seen += got
+            extra += more
             time.sleep(0.5)
     assert max(seen) <= 2, f"connections seen while busy (every 0.05 s): {seen}; {extra}"
 
@@ -105,19 +100,28 @@ def test_a_worker_holding_claims_beats_on_its_claims_connection(pg_target, tmp_p
         keys = [f"long{i}" for i in range(4)]
         for key in keys:  # two run 5 s while two wait in the prefetch, all held
             producer.send_task("tests.apps.proj.mark", (key, 5.0))
-        seen, extra = [], []
-        end = time.monotonic() + 40
-        while len(read_record(record)) < len(keys):
-            assert time.monotonic() < end, f"{len(read_record(record))}/{len(keys)} ran"
-            assert proc.poll() is None, "the worker exited"
-            now = _queries(pg_target.url, name)
-            seen.append(len(now))
-            if len(now) > 2:
-                extra.append(now)
-            time.sleep(0.1)
+        seen, extra = _watch(pg_target.url, name, proc, record, len(keys), 40, every=0.1)
         time.sleep(4)  # a lapsed claim would be claimed and run again meanwhile
     assert sorted(r[0] for r in read_record(record)) == keys, "a task ran twice"
     assert max(seen) <= 2, f"connections seen while holding (every 0.1 s): {seen}; {extra}"
+
+
+def _watch(
+    url: str, name: str, proc, record, runs: int, timeout: float, every: float
+) -> tuple[list[int], list[list[str]]]:
+    """Sample the connections named ``name`` every ``every`` s until ``runs`` task runs
+    are recorded: their counts, and the statements of each sample over 2."""
+    seen, extra = [], []
+    end = time.monotonic() + timeout
+    while len(read_record(record)) < runs:
+        assert time.monotonic() < end, f"{len(read_record(record))}/{runs} ran"
+        assert proc.poll() is None, "the worker exited"
+        now = _queries(url, name)
+        seen.append(len(now))
+        if len(now) > 2:
+            extra.append(now)
+        time.sleep(every)
+    return seen, extra
 
 
 def _queries(url: str, name: str) -> list[str]:
