@@ -8,9 +8,9 @@ and sent one warm-up message; confirmed publishes: alkstore's durable commit, Ra
 publisher confirms, Redis's reply; from the start to the last publish returned),
 **drain** (the backlog left by the publish, by 4 ``celery worker -P prefork -c 2``
 processes started together: first to last task start) and **latency under load** (4
-publishers sending probes at ``--rate`` each per second while the workers run: task start
-minus send, p50/p99). Ratios against Redis and RabbitMQ are printed at the end. Places
-are private (schema, vhost, Redis db 15).
+publishers sending probes at ``--rate`` each per second, each at a random phase, while the
+workers run: task start minus send, p50/p99). Ratios against Redis and RabbitMQ are
+printed at the end. Places are private (schema, vhost, Redis db 15).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.harness.brokers import make_place  # noqa: E402
 
 TASKS = """
-import json, os, sys, time
+import json, os, random, sys, time
 from celery import Celery
 import kombu_alkstore  # noqa: F401
 BROKER = os.environ["MH_BROKER"]
@@ -69,6 +69,9 @@ if __name__ == "__main__":  # a publisher: mode, count, rate (per second; 0: fla
         print("ready", flush=True)
         sys.stdin.readline()  # "go": the four start together
         start = time.time()
+        if rate:  # paced publishers are not in step: each at a phase of its own
+            start += random.random() / rate
+            time.sleep(start - time.time())
         for i in range(count):
             if mode == "noop":
                 app.send_task("mh.noop", producer=producer)
