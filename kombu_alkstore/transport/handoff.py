@@ -79,11 +79,9 @@ class Handoff:
         waiting; from another thread (a cancel) nothing is sent: the offer goes at close
         (``Waiter.retire``)."""
         t = self.transport
-        session, waiter = t.claims, t.waiter
+        session, waiter = t.loop_claims(), t.waiter
         address = waiter.address if waiter is not None else None
         if session is None or address is None or not self.enabled:
-            return
-        if not t.acks.in_loop_thread():
             return
         offer = self._offer(channel)
         queues: tuple[str, ...] = ()

@@ -299,8 +299,9 @@ class Transport(virtual.Transport):
         queues = sorted(self._active_queues())
         if not queues or self.store is None:
             return
-        if self.claims is not None and self.acks.in_loop_thread():
-            self.claims.next_due(queues, self._next_due_answered)
+        claims = self.loop_claims()
+        if claims is not None:
+            claims.next_due(queues, self._next_due_answered)
         else:
             self._next_due_answered(self.store.next_due(queues))
 
@@ -352,6 +353,11 @@ class Transport(virtual.Transport):
             raise answer
         return True
 
+    def loop_claims(self) -> Any:
+        """The claims session, if there is one and the caller runs in the event loop's
+        thread (the only one that may use it); else None: use the store directly."""
+        return self.claims if self.acks.in_loop_thread() else None
+
     def _write_rates(self) -> None:
         """The rate counts of this process, on the claims connection (see RateTally)."""
         if self.claims is not None:
@@ -369,8 +375,9 @@ class Transport(virtual.Transport):
         connection), elsewhere at once (see held.hand_back)."""
         if not deliveries:
             return
-        if self.claims is not None and self.acks.in_loop_thread():
-            self.claims.release(deliveries, self._handed_back)
+        claims = self.loop_claims()
+        if claims is not None:
+            claims.release(deliveries, self._handed_back)
         else:
             hand_back(self.store, deliveries)
 
@@ -454,9 +461,10 @@ class Transport(virtual.Transport):
         self._beat_answered(held, alive)
 
     def _loop_heartbeat(self) -> None:
-        """The heartbeat from the event loop, on the claims connection, when it is due."""
-        held = list(self.held.values())
-        if held and self.claims is not None and not self.lost and self.heartbeats.take_due():
+        """The heartbeat from the event loop, on the claims connection, when it is due
+        (never while nothing is held: see Heartbeater.take_due)."""
+        if self.claims is not None and not self.lost and self.heartbeats.take_due():
+            held = list(self.held.values())
             self.claims.heartbeat(held, functools.partial(self._beat_answered, held))
 
     def _beat_answered(self, held: list[Any], alive: set[int] | BaseException) -> None:
@@ -483,9 +491,10 @@ class Transport(virtual.Transport):
         if self.store is None:
             return
         queues = sorted(self._active_queues())
-        if self.claims is not None and self.acks.in_loop_thread():
-            self.claims.touch_queues(queues, self._usable)
-            self.maintenance.send(self.claims, self._usable)
+        claims = self.loop_claims()
+        if claims is not None:
+            claims.touch_queues(queues, self._usable)
+            self.maintenance.send(claims, self._usable)
             return
         self.store.touch_queues(queues)
         self.maintenance.run(self.store)
@@ -575,8 +584,8 @@ class AckBuffer:
         if not batch:
             return
         t = self.transport
-        claims = t.claims
-        if claims is not None and self.in_loop_thread():
+        claims = t.loop_claims()
+        if claims is not None:
             claims.ack(batch, lambda landed: self._landed(batch, landed))
         elif t.store is not None:
             self._landed(batch, t.store.ack(batch))
