@@ -5,7 +5,9 @@ publishers, alkstore on PostgreSQL beside Redis and RabbitMQ, in one run.
 
 Per broker: **publish** (4 publisher processes, started together once each has connected
 and sent one warm-up message; confirmed publishes: alkstore's durable commit, RabbitMQ
-publisher confirms, Redis's reply; from the start to the last publish returned),
+publisher confirms, Redis's reply; from the start to the last publish returned; with the
+CPU each publish took in the publishers and in the broker's server processes, which
+share this machine's cores),
 **drain** (the backlog left by the publish, by 4 ``celery worker -P prefork -c 2``
 processes started together: first to last task start) and **latency under load** (4
 publishers sending probes at ``--rate`` each per second, each at a random phase, while the
@@ -68,7 +70,7 @@ if __name__ == "__main__":  # a publisher: mode, count, rate (per second; 0: fla
         app.send_task("mh.warm", producer=producer)  # connected, queue declared
         print("ready", flush=True)
         sys.stdin.readline()  # "go": the four start together
-        start = time.time()
+        start, cpu = time.time(), time.process_time()
         if rate:  # paced publishers are not in step: each at a phase of its own
             start += random.random() / rate
             time.sleep(start - time.time())
@@ -81,14 +83,42 @@ if __name__ == "__main__":  # a publisher: mode, count, rate (per second; 0: fla
                 delay = start + (i + 1) / rate - time.time()
                 if delay > 0:
                     time.sleep(delay)
-    print(time.time(), flush=True)
+        # the end, and this process's CPU seconds publishing; then stay connected until
+        # "bye" (the broker's CPU is read first: a server process of ours ends with us)
+        print(time.time(), time.process_time() - cpu, flush=True)
+        sys.stdin.readline()
 """
 
 
-def publishers(env: dict, workdir: Path, mode: str, count: int, rate: float) -> float:
+#: The broker's server processes, by broker, as /proc/<pid>/comm names them.
+SERVER_PROCESS = {
+    "alkstore-postgresql": "postgres",
+    "redis": "redis-server",
+    "rabbitmq": "beam.smp",
+}
+
+
+def server_cpu(broker: str) -> float:
+    """CPU seconds used so far by every live server process of ``broker`` (Linux)."""
+    total = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() != SERVER_PROCESS[broker]:
+                continue
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def publishers(
+    broker: str, env: dict, workdir: Path, mode: str, count: int, rate: float
+) -> tuple[float, float, float]:
     """4 publisher processes, ``count`` messages each, started together once each has
-    connected and published one warm-up message; seconds from the start to the last
-    publish returned (interpreter start-up and connecting are not counted)."""
+    connected and published one warm-up message. Returns the seconds from the start to
+    the last publish returned (interpreter start-up and connecting are not counted), the
+    publishers' CPU seconds and the broker's server CPU seconds over the same span."""
     procs = [
         subprocess.Popen(
             [sys.executable, str(workdir / "mh_tasks.py"), mode, str(count), str(rate)],
@@ -96,6 +126,7 @@ def publishers(env: dict, workdir: Path, mode: str, count: int, rate: float) -> 
             cwd=workdir,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
         )
         for _ in range(4)
@@ -103,18 +134,30 @@ def publishers(env: dict, workdir: Path, mode: str, count: int, rate: float) -> 
     try:
         for p in procs:
             if p.stdout.readline().strip() != "ready":
-                raise RuntimeError(f"a publisher did not start: exit {p.wait(30)}")
-        start = time.time()
+                raise _failed("a publisher did not start", p, p.communicate(timeout=30)[1])
+        server, start = server_cpu(broker), time.time()
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
-        ends = [float(p.communicate(timeout=600)[0].split()[-1]) for p in procs]
+        ends = [p.stdout.readline().split() for p in procs]
+        server = server_cpu(broker) - server
+        for p, end in zip(procs, ends, strict=True):
+            p.stdin.write("bye\n")
+            p.stdin.flush()
+            err = p.communicate(timeout=60)[1]
+            if p.returncode != 0 or len(end) != 2:
+                raise _failed("a publisher failed", p, err)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait(10)
-    return max(ends) - start
+    return max(float(e[0]) for e in ends) - start, sum(float(e[1]) for e in ends), server
+
+
+def _failed(what: str, p: subprocess.Popen, err: str) -> RuntimeError:
+    """The error for a publisher that failed: its exit status and the end of its stderr."""
+    return RuntimeError(f"{what}: exit {p.returncode}\n{err[-3000:]}")
 
 
 def records(path: Path, kind: str) -> list[list[str]]:
@@ -149,7 +192,9 @@ def run(broker: str, args, workdir: Path) -> dict:
                 cwd=workdir,
                 check=True,
             )
-        publish_s = publishers(env, workdir, "noop", args.tasks // 4, 0)
+        publish_s, client_cpu, broker_cpu = publishers(
+            broker, env, workdir, "noop", args.tasks // 4, 0
+        )
         for n in range(4):
             workers.append(
                 subprocess.Popen(
@@ -181,13 +226,15 @@ def run(broker: str, args, workdir: Path) -> dict:
         starts = sorted(float(r[1]) for r in records(record, "drain"))
         drain_s = starts[-1] - starts[0]
         probes = int(args.rate * args.seconds)
-        publishers(env, workdir, "probe", probes, args.rate)
+        publishers(broker, env, workdir, "probe", probes, args.rate)
         deadline = time.time() + 120
         while len(records(record, "probe")) < 4 * probes and time.time() < deadline:
             time.sleep(0.2)
         lat = sorted(float(r[2]) - float(r[1]) for r in records(record, "probe"))
         return {
             "publish/s": args.tasks / publish_s,
+            "client us/pub": 1e6 * client_cpu / args.tasks,
+            "server us/pub": 1e6 * broker_cpu / args.tasks,
             "drain/s": (len(starts) - 1) / drain_s,
             "p50 ms": 1000 * lat[len(lat) // 2],
             "p99 ms": 1000 * lat[int(len(lat) * 0.99) - 1],
@@ -217,12 +264,10 @@ def main() -> None:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     ours = results.get("alkstore-postgresql")
-    print(f"\n{'broker':22} {'publish/s':>10} {'drain/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+    columns = ["publish/s", "client us/pub", "server us/pub", "drain/s", "p50 ms", "p99 ms"]
+    print("\n" + f"{'broker':22}" + "".join(f"{c:>14}" for c in columns))
     for broker, r in results.items():
-        print(
-            f"{broker:22} {r['publish/s']:>10.0f} {r['drain/s']:>9.0f} "
-            f"{r['p50 ms']:>8.1f} {r['p99 ms']:>8.1f}"
-        )
+        print(f"{broker:22}" + "".join(f"{r[c]:>14.1f}" for c in columns))
     if ours:
         for other in ("redis", "rabbitmq"):
             if other in results:
