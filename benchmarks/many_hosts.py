@@ -9,7 +9,8 @@ publisher confirms, Redis's reply; from the start to the last publish returned; 
 CPU each publish took in the publishers and in the broker's server processes, which
 share this machine's cores),
 **drain** (the backlog left by the publish, by 4 ``celery worker -P prefork -c 2``
-processes started together: first to last task start) and **latency under load** (4
+processes started together: first to last task start; with the CPU per task of the
+workers and of the broker's server processes) and **latency under load** (4
 publishers sending probes at ``--rate`` each per second, each at a random phase, while the
 workers run: task start minus send, p50/p99). Ratios against Redis and RabbitMQ are
 printed at the end. Places are private (schema, vhost, Redis db 15).
@@ -27,12 +28,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.harness.brokers import make_place  # noqa: E402
+import psycopg  # noqa: E402
+
+from benchmarks.harness.brokers import PG_URL, make_place  # noqa: E402
 
 TASKS = """
 import json, os, random, sys, time
@@ -100,10 +104,32 @@ SERVER_PROCESS = {
 
 def server_cpu(broker: str) -> float:
     """CPU seconds used so far by every live server process of ``broker`` (Linux)."""
+    name = SERVER_PROCESS[broker]
+    return cpu_seconds(lambda pid: Path(f"/proc/{pid}/comm").read_text().strip() == name)
+
+
+def transactions(broker: str) -> int | None:
+    """alkstore: the database's transaction counter (each transaction that writes takes
+    the next number: the drain's claims, acks and heartbeats; nothing else writes)."""
+    if not broker.startswith("alkstore"):
+        return None
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        return conn.execute("SELECT txid_current()").fetchone()[0]
+
+
+def workers_cpu() -> float:
+    """CPU seconds used so far by the live worker processes (main and pool children)."""
+    return cpu_seconds(
+        lambda pid: b"mh_tasks\x00worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    )
+
+
+def cpu_seconds(chosen: Callable[[str], bool]) -> float:
+    """CPU seconds (user + system) used so far by the live processes ``chosen`` picks."""
     total = 0
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if Path(f"/proc/{pid}/comm").read_text().strip() != SERVER_PROCESS[broker]:
+            if not chosen(pid):
                 continue
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:  # ended meanwhile
@@ -220,9 +246,19 @@ def run(broker: str, args, workdir: Path) -> dict:
                     start_new_session=True,
                 )
             )
-        deadline = time.time() + 600
-        while len(records(record, "drain")) < args.tasks and time.time() < deadline:
-            time.sleep(0.2)
+        # CPU per task of the drain: from the first task started (the workers' start-up
+        # is not counted) to the last
+        deadline, first = time.time() + 600, None
+        while (done := len(records(record, "drain"))) < args.tasks and time.time() < deadline:
+            if first is None and done:
+                first = (done, workers_cpu(), server_cpu(broker), transactions(broker))
+            time.sleep(0.05)
+        drained = len(records(record, "drain")) - first[0]
+        worker_cpu = (workers_cpu() - first[1]) / drained
+        drain_server_cpu = (server_cpu(broker) - first[2]) / drained
+        if first[3] is not None:
+            per_task = (transactions(broker) - first[3]) / drained
+            print(f"{broker}: {per_task:.2f} write transactions per task drained", flush=True)
         starts = sorted(float(r[1]) for r in records(record, "drain"))
         drain_s = starts[-1] - starts[0]
         probes = int(args.rate * args.seconds)
@@ -236,6 +272,8 @@ def run(broker: str, args, workdir: Path) -> dict:
             "client us/pub": 1e6 * client_cpu / args.tasks,
             "server us/pub": 1e6 * broker_cpu / args.tasks,
             "drain/s": (len(starts) - 1) / drain_s,
+            "workers us/task": 1e6 * worker_cpu,
+            "server us/task": 1e6 * drain_server_cpu,
             "p50 ms": 1000 * lat[len(lat) // 2],
             "p99 ms": 1000 * lat[int(len(lat) * 0.99) - 1],
         }
@@ -264,10 +302,20 @@ def main() -> None:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     ours = results.get("alkstore-postgresql")
-    columns = ["publish/s", "client us/pub", "server us/pub", "drain/s", "p50 ms", "p99 ms"]
-    print("\n" + f"{'broker':22}" + "".join(f"{c:>14}" for c in columns))
+    columns = [
+        "publish/s",
+        "client us/pub",
+        "server us/pub",
+        "drain/s",
+        "workers us/task",
+        "server us/task",
+        "p50 ms",
+        "p99 ms",
+    ]
+    width = {c: max(10, len(c)) + 2 for c in columns}
+    print("\n" + f"{'broker':22}" + "".join(f"{c:>{width[c]}}" for c in columns))
     for broker, r in results.items():
-        print(f"{broker:22}" + "".join(f"{r[c]:>14.1f}" for c in columns))
+        print(f"{broker:22}" + "".join(f"{r[c]:>{width[c]}.1f}" for c in columns))
     if ours:
         for other in ("redis", "rabbitmq"):
             if other in results:

@@ -37,7 +37,7 @@ class TransportOptions:
     #: How often a worker sweeps expired jobs and retention (at least once a minute).
     sweep_interval: float = 60.0
     #: How long acks may wait to be applied together in one statement, in seconds.
-    ack_flush_interval: float = 0.002
+    ack_flush_interval: float = 0.02
     #: SQLite: how often to check for others' commits, in seconds.
     sqlite_poll_interval: float = 0.005
     #: SQLite: the same check once nothing has changed for a second (an idle worker).
