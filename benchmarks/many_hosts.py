@@ -58,7 +58,7 @@ def _record(*fields):
 
 @app.task(name="mh.noop")
 def noop():
-    _record("drain", repr(time.time()))
+    _record("drain", repr(time.time()), str(os.getppid()))  # and which worker
 
 @app.task(name="mh.probe")
 def probe(sent):
@@ -246,13 +246,15 @@ def run(broker: str, args, workdir: Path) -> dict:
                     start_new_session=True,
                 )
             )
-        # CPU per task of the drain: from the first task started (the workers' start-up
-        # is not counted) to the last
+        # CPU per task of the drain: from the time all four workers have started tasks
+        # (their start-up is not counted) to the last
         deadline, first = time.time() + 600, None
         while (done := len(records(record, "drain"))) < args.tasks and time.time() < deadline:
-            if first is None and done:
+            if first is None and len({r[2] for r in records(record, "drain")}) == 4:
                 first = (done, workers_cpu(), server_cpu(broker), transactions(broker))
             time.sleep(0.05)
+        if first is None:
+            raise RuntimeError(f"{broker}: the four workers did not all run tasks")
         drained = len(records(record, "drain")) - first[0]
         worker_cpu = (workers_cpu() - first[1]) / drained
         drain_server_cpu = (server_cpu(broker) - first[2]) / drained
