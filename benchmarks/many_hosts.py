@@ -28,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 import psycopg  # noqa: E402
 
 from benchmarks.harness.brokers import PG_URL, make_place  # noqa: E402
+from benchmarks.harness.procs import group_cpu_seconds, proc_stats  # noqa: E402
 
 TASKS = """
 import json, os, random, sys, time
@@ -104,8 +104,12 @@ SERVER_PROCESS = {
 
 def server_cpu(broker: str) -> float:
     """CPU seconds used so far by every live server process of ``broker`` (Linux)."""
-    name = SERVER_PROCESS[broker]
-    return cpu_seconds(lambda pid: Path(f"/proc/{pid}/comm").read_text().strip() == name)
+    name, ticks = SERVER_PROCESS[broker], 0
+    for pid, fields in proc_stats():
+        with contextlib.suppress(OSError):  # ended meanwhile
+            if Path(f"/proc/{pid}/comm").read_text().strip() == name:
+                ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def transactions(broker: str) -> int | None:
@@ -115,27 +119,6 @@ def transactions(broker: str) -> int | None:
         return None
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         return conn.execute("SELECT txid_current()").fetchone()[0]
-
-
-def workers_cpu() -> float:
-    """CPU seconds used so far by the live worker processes (main and pool children)."""
-    return cpu_seconds(
-        lambda pid: b"mh_tasks\x00worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    )
-
-
-def cpu_seconds(chosen: Callable[[str], bool]) -> float:
-    """CPU seconds (user + system) used so far by the live processes ``chosen`` picks."""
-    total = 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if not chosen(pid):
-                continue
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # ended meanwhile
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def publishers(
@@ -246,22 +229,27 @@ def run(broker: str, args, workdir: Path) -> dict:
                     start_new_session=True,
                 )
             )
+
         # CPU per task of the drain: from the time all four workers have started tasks
         # (their start-up is not counted) to the last
+        def workers_cpu() -> float:  # each worker runs in a session of its own
+            return sum(group_cpu_seconds(w.pid) for w in workers)
+
         deadline, first = time.time() + 600, None
-        while (done := len(records(record, "drain"))) < args.tasks and time.time() < deadline:
-            if first is None and len({r[2] for r in records(record, "drain")}) == 4:
-                first = (done, workers_cpu(), server_cpu(broker), transactions(broker))
+        while len(rows := records(record, "drain")) < args.tasks and time.time() < deadline:
+            if first is None and len({r[2] for r in rows}) == 4:
+                first = (len(rows), workers_cpu(), server_cpu(broker), transactions(broker))
             time.sleep(0.05)
         if first is None:
             raise RuntimeError(f"{broker}: the four workers did not all run tasks")
-        drained = len(records(record, "drain")) - first[0]
+        rows = records(record, "drain")
+        drained = len(rows) - first[0]
         worker_cpu = (workers_cpu() - first[1]) / drained
         drain_server_cpu = (server_cpu(broker) - first[2]) / drained
         if first[3] is not None:
             per_task = (transactions(broker) - first[3]) / drained
             print(f"{broker}: {per_task:.2f} write transactions per task drained", flush=True)
-        starts = sorted(float(r[1]) for r in records(record, "drain"))
+        starts = sorted(float(r[1]) for r in rows)
         drain_s = starts[-1] - starts[0]
         probes = int(args.rate * args.seconds)
         publishers(broker, env, workdir, "probe", probes, args.rate)
