@@ -2,8 +2,8 @@
 
 Each worker's transport calls :meth:`Maintenance.run` (or :meth:`Maintenance.send`, on a
 claims session) every ``sweep_interval``. The round first takes or renews the lease
-:data:`LEASE`; only its holder runs the jobs (:data:`~..store.base.MAINTENANCE_JOBS`, each
-one statement of the engine, see :meth:`Store.maintain`). A holder renews it each round;
+:data:`LEASE`; only its holder runs the jobs (:data:`~..store.base.MAINTENANCE_JOBS`, by
+:meth:`Store.maintain_round`: one statement on PostgreSQL). A holder renews it each round;
 when it dies the lease lapses after ``LEASE_ROUNDS`` intervals and the next worker's round
 takes it. Every job is idempotent, so a round run twice (a lease lapsing mid-round) does
 no harm.
@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ..store import MAINTENANCE_JOBS, MaintenanceResult, Store
+from ..store import MaintenanceResult, Store
 
 logger = logging.getLogger("kombu_alkstore")
 
@@ -47,7 +47,7 @@ class Maintenance:
         if not store.lease_acquire(LEASE, self.owner, self.ttl):
             return None
         self.held = True
-        return report([store.maintain(job) for job in MAINTENANCE_JOBS])
+        return report(store.maintain_round())
 
     def send(self, session: Any, done: Done) -> None:
         """One round on a claims session, without waiting: ``done`` gets the results,
@@ -58,19 +58,11 @@ class Maintenance:
                 done(held if isinstance(held, BaseException) else None)
                 return
             self.held = True
-            results: list[MaintenanceResult] = []
-            failed: list[BaseException] = []
 
-            def one(result: MaintenanceResult | BaseException) -> None:
-                if isinstance(result, BaseException):
-                    failed.append(result)
-                else:
-                    results.append(result)
-                if len(results) + len(failed) == len(MAINTENANCE_JOBS):
-                    done(failed[0] if failed else report(results))
+            def ran(results: list[MaintenanceResult] | BaseException) -> None:
+                done(results if isinstance(results, BaseException) else report(results))
 
-            for job in MAINTENANCE_JOBS:
-                session.maintain(job, one)
+            session.maintain_round(ran)
 
         session.lease_acquire(LEASE, self.owner, self.ttl, leased)
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_cli
-
 from kombu_alkstore.cli import decode
+from tests.cli.conftest import run_cli
 from tests.helpers import run_sql
 
 

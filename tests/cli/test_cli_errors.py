@@ -6,9 +6,9 @@ import io
 import uuid
 
 import pytest
-from conftest import run_cli, run_module
 
 from kombu_alkstore.cli import main, store_url
+from tests.cli.conftest import run_cli, run_module
 
 
 def one_line_error(r, *needles: str) -> None:

@@ -8,12 +8,12 @@ import uuid
 
 import psycopg
 import pytest
-from conftest import run_cli
 from kombu import Connection
 
 import kombu_alkstore  # noqa: F401
 from kombu_alkstore.errors import SchemaMissing
 from kombu_alkstore.store import open_store
+from tests.cli.conftest import run_cli
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import run_module
+from tests.cli.conftest import run_module
 
 
 def test_module_status_and_dead_letters(target, seeder):

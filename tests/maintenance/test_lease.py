@@ -7,6 +7,7 @@ conformance suite; here: who runs them, with real stores, processes and a worker
 from __future__ import annotations
 
 import multiprocessing
+import select
 import time
 
 import pytest
@@ -101,6 +102,29 @@ def test_a_worker_loop_runs_the_round_on_its_claims_session(target):
         assert other.lease_holder(LEASE) is None  # released at close
     finally:
         other.close()
+
+
+@pytest.mark.parametrize("engine", ["postgresql"])
+def test_a_holders_round_on_a_claims_session_is_two_statements(store):
+    """An idle worker's round costs the database two statements: the lease, then every
+    job in one (one per job made five, and an idle worker missed 0.2 statements/s)."""
+    session = store.session()
+    try:
+        _expired(store)
+        answers: list = []
+        m = Maintenance(60.0)
+        m.send(session, answers.append)
+        assert session.in_flight() == 1  # the lease
+        while not m.held:  # until the lease's answer is read (the round goes out then)
+            assert select.select([session.fileno()], [], [], 10)[0], "no answer"
+            session.on_readable()
+        assert session.in_flight() == 1  # the round: one statement
+        session.wait()
+        (done,) = answers
+        assert [r.job for r in done] == list(MAINTENANCE_JOBS)
+        assert store.dead_list()[0].last_error == "expired"
+    finally:
+        session.close()
 
 
 def test_a_connection_that_never_held_the_lease_releases_nothing(store, monkeypatch):

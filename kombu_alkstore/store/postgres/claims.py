@@ -56,6 +56,7 @@ STATEMENTS = (
     "rates_add",
     "rates_trim",
     *MAINTENANCE_JOBS,
+    "maintenance_round",
 )
 #: Seconds :meth:`PostgresClaimSession.wait` waits for the server before it gives up.
 WAIT_TIMEOUT = 30.0
@@ -198,6 +199,11 @@ class PostgresClaimSession(ClaimSession):
         store = self._store
         params = store._maintenance_params(job)
         self._send(job, params, _outcome(callback, lambda rows: store._maintained(job, rows)))
+
+    def maintain_round(self, callback: Answer) -> None:
+        store = self._store
+        params = store._maintenance_params()
+        self._send("maintenance_round", params, _outcome(callback, store._round))
 
     # ---------------------------------------------------------------- plumbing
     def _send(self, key: str, params: Mapping[str, Any], callback: Callable[[Rows], None]) -> None:

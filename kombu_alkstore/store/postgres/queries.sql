@@ -337,58 +337,70 @@ WHERE msg_id = ANY(%(ids)s::text[]) AND revoked_at IS NULL
 -- name: revoked_among
 SELECT id FROM {jobs} WHERE id = ANY(%(job_ids)s::bigint[]) AND revoked_at IS NOT NULL
 
--- name: expire
--- Maintenance: one statement per job of base.MAINTENANCE_JOBS, each returning one row
--- of MaintenanceResult's columns (count, and dropped or queues where the job has them).
+-- Maintenance: the jobs of base.MAINTENANCE_JOBS. Each job is a fragment of CTEs (named
+-- for its job, so all five fit in one WITH) and a fragment giving its one result row:
+-- count, dropped, queues (MaintenanceResult's columns). "name: <job>" runs one job;
+-- "name: maintenance_round" runs all five as one statement, a worker's round.
+
+-- fragment: expire_ctes
 -- Expiry is about starting: a running job (a live claim) is left to finish. "count" is
 -- the jobs dead-lettered, "dropped" those of transient queues dropped.
-WITH expired AS (
+expire_gone AS (
   DELETE FROM {jobs} j WHERE j.expires_at IS NOT NULL AND j.expires_at <= {now}
     AND (j.state = 'pending' OR j.deadline <= {now})
   RETURNING j.*
 ),
-buried AS (
+expire_buried AS (
   INSERT INTO {dead} ({dead_columns}, died_at, last_error)
-  SELECT {dead_columns}, {now}, 'expired' FROM expired e
+  SELECT {dead_columns}, {now}, 'expired' FROM expire_gone e
   WHERE NOT EXISTS (SELECT 1 FROM {queues} q WHERE q.name = e.queue AND {transient})
   RETURNING 1
 )
-SELECT (SELECT count(*) FROM buried)::int AS count,
-       ((SELECT count(*) FROM expired) - (SELECT count(*) FROM buried))::int AS dropped
 
--- name: lapsed
+-- fragment: expire_result
+(SELECT count(*) FROM expire_buried)::int AS count,
+((SELECT count(*) FROM expire_gone) - (SELECT count(*) FROM expire_buried))::int AS dropped,
+NULL::text[] AS queues
+
+-- fragment: lapsed_ctes
 -- Lapsed claims with no attempt left go to the dead letters, as a claim would bury them
 -- (for queues no one consumes); expired ones are left to "expire".
-WITH gone AS (
+lapsed_gone AS (
   DELETE FROM {jobs} j
   WHERE j.state = 'processing' AND j.deadline <= {now} AND j.attempts >= j.max_attempts
     AND (j.expires_at IS NULL OR j.expires_at > {now})
   RETURNING j.*
 ),
-buried AS (
+lapsed_buried AS (
   INSERT INTO {dead} ({dead_columns}, died_at, last_error)
-  SELECT {dead_columns}, {now}, 'attempts exhausted' FROM gone RETURNING 1
+  SELECT {dead_columns}, {now}, 'attempts exhausted' FROM lapsed_gone RETURNING 1
 )
-SELECT count(*)::int AS count FROM buried
 
--- name: retention
-WITH purged AS (
+-- fragment: lapsed_result
+(SELECT count(*) FROM lapsed_buried)::int AS count, 0 AS dropped, NULL::text[] AS queues
+
+-- fragment: retention_ctes
+retention_purged AS (
   DELETE FROM {dead} d
   WHERE d.died_at < {now} - COALESCE(
     (SELECT dead_letter_retention FROM {queues} q WHERE q.name = d.queue),
     %(retention)s::float8)
   RETURNING 1
 )
-SELECT count(*)::int AS count FROM purged
 
--- name: dead_offers
-WITH stale AS (DELETE FROM {offers} o WHERE {offer_dead} RETURNING 1)
-SELECT count(*)::int AS count FROM stale
+-- fragment: retention_result
+(SELECT count(*) FROM retention_purged)::int AS count, 0 AS dropped, NULL::text[] AS queues
 
--- name: expired_queues
+-- fragment: dead_offers_ctes
+dead_offers_gone AS (DELETE FROM {offers} o WHERE {offer_dead} RETURNING 1)
+
+-- fragment: dead_offers_result
+(SELECT count(*) FROM dead_offers_gone)::int AS count, 0 AS dropped, NULL::text[] AS queues
+
+-- fragment: expired_queues_ctes
 -- Queues unused past their x-expires (at least the grace), with their bindings and
 -- jobs; a new routing version when bindings went.
-WITH dropped AS (
+dropped AS (
   DELETE FROM {queues} q
   WHERE q.expires IS NOT NULL AND q.last_used + GREATEST(q.expires, %(grace)s) < {now}
   RETURNING q.name
@@ -396,8 +408,41 @@ WITH dropped AS (
 changed AS (DELETE FROM {bindings} b USING dropped WHERE b.queue = dropped.name RETURNING 1),
 emptied AS (DELETE FROM {jobs} j USING dropped WHERE j.queue = dropped.name),
 bumped AS ({bump_routing})
-SELECT (SELECT count(*) FROM dropped)::int AS count,
-       (SELECT array_agg(name ORDER BY name) FROM dropped) AS queues
+
+-- fragment: expired_queues_result
+(SELECT count(*) FROM dropped)::int AS count, 0 AS dropped,
+(SELECT array_agg(name ORDER BY name) FROM dropped) AS queues
+
+-- name: expire
+WITH {expire_ctes}
+SELECT {expire_result}
+
+-- name: lapsed
+WITH {lapsed_ctes}
+SELECT {lapsed_result}
+
+-- name: retention
+WITH {retention_ctes}
+SELECT {retention_result}
+
+-- name: dead_offers
+WITH {dead_offers_ctes}
+SELECT {dead_offers_result}
+
+-- name: expired_queues
+WITH {expired_queues_ctes}
+SELECT {expired_queues_result}
+
+-- name: maintenance_round
+-- Every job in one statement (one transaction, one snapshot): one row per job, in
+-- MAINTENANCE_JOBS order. A row two jobs would delete (an expired job of a dropped
+-- queue) is deleted once, by whichever comes first.
+WITH {expire_ctes}, {lapsed_ctes}, {retention_ctes}, {dead_offers_ctes}, {expired_queues_ctes}
+SELECT 'expire' AS job, {expire_result}
+UNION ALL SELECT 'lapsed', {lapsed_result}
+UNION ALL SELECT 'retention', {retention_result}
+UNION ALL SELECT 'dead_offers', {dead_offers_result}
+UNION ALL SELECT 'expired_queues', {expired_queues_result}
 
 -- name: get_job_by_id
 SELECT {job_read} FROM {jobs} WHERE id = %(id)s

@@ -47,7 +47,7 @@ POOL_TIMEOUT = 10.0
 PING_TIMEOUT = 3.0
 #: Statements run on the pool that does not wait for the WAL flush (see __init__).
 _FAST_KEYS = ("claim_one", "claim_any", "ack", "heartbeat", "pend", "kill", "touch_queues")
-_FAST_KEYS += MAINTENANCE_JOBS
+_FAST_KEYS += (*MAINTENANCE_JOBS, "maintenance_round")
 #: The statements this engine runs itself, beyond the base class's.
 _OWN_STATEMENTS = frozenset(
     [
@@ -382,9 +382,10 @@ class PostgresStore(Store):
         return self._ids("kill", {**self._handles(held), "error": error})
 
     # --------------------------------------------------------------- maintenance
-    def _maintenance_params(self, job: str) -> dict[str, Any]:
-        """The parameters of maintenance job ``job`` (each one named statement)."""
-        if job not in MAINTENANCE_JOBS:
+    def _maintenance_params(self, job: str | None = None) -> dict[str, Any]:
+        """The parameters of maintenance job ``job`` (each one named statement), or of
+        the round (``None``: every job in one statement)."""
+        if job is not None and job not in MAINTENANCE_JOBS:
             raise ConfigurationError(f"unknown maintenance job {job!r}: {MAINTENANCE_JOBS}")
         return {
             "retention": self.options.dead_letter_retention,
@@ -398,9 +399,18 @@ class PostgresStore(Store):
         row["queues"] = tuple(row.get("queues") or ())
         return MaintenanceResult(job=job, **row)
 
+    @classmethod
+    def _round(cls, rows: list[Row]) -> list[MaintenanceResult]:
+        """The round statement's rows (one per job) as results, in MAINTENANCE_JOBS order."""
+        by_job = {r["job"]: {k: v for k, v in r.items() if k != "job"} for r in rows}
+        return [cls._maintained(job, [by_job[job]]) for job in MAINTENANCE_JOBS]
+
     def maintain(self, job: str) -> MaintenanceResult:
         params = self._maintenance_params(job)
         return self._maintained(job, self._all(job, params))
+
+    def maintain_round(self) -> list[MaintenanceResult]:
+        return self._round(self._all("maintenance_round", self._maintenance_params()))
 
     # -------------------------------------------------------------- reads, admin
     def counts(self, queues: Sequence[str] | None = None) -> list[QueueCounts]:

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from kombu_alkstore.errors import ConfigurationError
-from kombu_alkstore.store import ClaimSession, NewJob, bound_connection
+from kombu_alkstore.store import MAINTENANCE_JOBS, ClaimSession, NewJob, bound_connection
 from kombu_alkstore.store.admin import RatePoint
 from tests.store.conformance.helpers import EPS, forged
 from tests.store.conformance.test_transactional import _caller_connection
@@ -158,6 +158,13 @@ def test_session_answers_every_request_once_by_callback(store, opener):
         done = answers.once("maintain")
         assert (done.job, done.count, done.dropped) == ("expire", 1, 0)
         assert store.get_job("expired").last_error == "expired"
+        store.enqueue("q", b"x", msg_id="expired2", expires_at=time.time() - 1)
+        session.maintain_round(answers("round"))
+        session.wait()
+        rounds = answers.once("round")
+        assert [r.job for r in rounds] == list(MAINTENANCE_JOBS)
+        assert (rounds[0].count, rounds[0].dropped) == (1, 0)
+        assert store.get_job("expired2").last_error == "expired"
 
         # Acks: the ones with their claim's token land; a stale token is refused.
         stale = forged(got[2], token=got[2].token + 1)

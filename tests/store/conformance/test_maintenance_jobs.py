@@ -195,6 +195,37 @@ def test_expired_queues(scene):
     _idempotent(scene, "expired_queues")
 
 
+def test_a_round_runs_every_job_once(scene):
+    """maintain_round: the five jobs' results in order, with each job's effects, and
+    nothing left for any job afterwards."""
+    store = scene.store
+    before = scene.snapshot()
+    results = store.maintain_round()
+    offers = 1 if store.capabilities.handoff else 0
+    assert results == [
+        MaintenanceResult("expire", count=1, dropped=1),
+        MaintenanceResult("lapsed", count=1),
+        MaintenanceResult("retention", count=1),
+        MaintenanceResult("dead_offers", count=offers),
+        MaintenanceResult("expired_queues", count=1, queues=("gone",)),
+    ]
+    after = scene.snapshot()
+    before["jobs"].update(
+        expired=("dead", "expired"),
+        expired_transient=None,
+        lapsed_spent=("dead", "attempts exhausted"),
+        dead_old=None,
+        gone_job=None,
+    )
+    before["queues"]["gone"] = False
+    before["bindings"] = [("fresh", "fresh")]
+    before["routing_version"] = after["routing_version"]
+    before["offers"].pop("offer_dead", None)
+    assert after == before
+    for job in MAINTENANCE_JOBS:
+        _idempotent(scene, job)
+
+
 def test_an_unknown_job_is_refused(store):
     with pytest.raises(ConfigurationError, match="unknown maintenance job 'vacuum'"):
         store.maintain("vacuum")
