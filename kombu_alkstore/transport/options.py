@@ -9,6 +9,11 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..store.options import StoreOptions, coerce_option, is_finite_number
 
+#: The shortest visibility timeout a transport accepts (seconds): a claim must outlive the
+#: round trip that delivers it and its task's start (at 5 ms every claim of a burst
+#: lapsed and most tasks ran two or three times; the store itself takes any positive one).
+MIN_VISIBILITY_TIMEOUT = 1.0
+
 #: kombu/Celery options that may appear in ``transport_options`` and are not ours.
 _FOREIGN = frozenset(
     {
@@ -95,6 +100,12 @@ def parse_transport_options(raw: dict[str, Any] | None) -> tuple[StoreOptions, T
             "transaction-mode pooler hears nothing, so workers wake only at the safety-net "
             "poll and take no hand-offs; set listen_url to a direct database URL",
             stacklevel=3,
+        )
+    if store.visibility_timeout < MIN_VISIBILITY_TIMEOUT:
+        raise ConfigurationError(
+            f"transport option visibility_timeout ({store.visibility_timeout!r} s) must be "
+            f"at least {MIN_VISIBILITY_TIMEOUT:g} s: a claim that lapses before its task "
+            "starts is claimed again by every worker, and the task runs many times"
         )
     beat = transport.heartbeat_interval
     if beat is not None and beat >= store.visibility_timeout:

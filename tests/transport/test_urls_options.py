@@ -81,6 +81,8 @@ def test_bad_url_is_a_clear_error(url):
         ({"polling_interval": float("nan")}, "polling_interval"),
         ({"visibility_timeout": 30, "heartbeat_interval": 30}, "heartbeat_interval"),
         ({"heartbeat_interval": 400}, "heartbeat_interval"),  # default timeout 300 s
+        # shorter than a claim's delivery: every claim lapses, a storm of duplicate runs
+        ({"visibility_timeout": 0.005}, "visibility_timeout .* at least 1"),
     ],
 )
 def test_infinite_and_inconsistent_options_are_refused(options, name):
