@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
+from benchmarks.harness.procs import proc_stats  # noqa: E402
 from kombu_alkstore.store import open_store  # noqa: E402
 from tests.private_pg import private_cluster  # noqa: E402
 
@@ -29,21 +29,15 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def server_cpu(data_dir: str) -> float:
-    """CPU seconds used so far by the postmaster and its children."""
+    """CPU seconds used so far by the postmaster and its live children, and (through the
+    postmaster's cutime and cstime) by those that ended."""
     with open(os.path.join(data_dir, "postmaster.pid")) as f:
-        postmaster = f.readline().strip()
-    pids = [
-        postmaster,
-        *subprocess.run(["pgrep", "-P", postmaster], capture_output=True, text=True).stdout.split(),
-    ]
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue
-        total += (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / TICKS
-    return total
+        postmaster = int(f.readline())
+    ticks = 0
+    for pid, fields in proc_stats():
+        if postmaster in (pid, int(fields[1])):  # fields[1]: the parent's pid
+            ticks += sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks / TICKS
 
 
 def main() -> None:
