@@ -413,10 +413,6 @@ class ClaimSession(abc.ABC):
         """:meth:`Store.lease_acquire`: ``callback`` gets a bool."""
 
     @abc.abstractmethod
-    def maintain(self, job: str, callback: Answer) -> None:
-        """:meth:`Store.maintain`: ``callback`` gets a :class:`MaintenanceResult`."""
-
-    @abc.abstractmethod
     def maintain_round(self, callback: Answer) -> None:
         """:meth:`Store.maintain_round`: ``callback`` gets its list of results."""
 

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from ..base import (
-    MAINTENANCE_JOBS,
     Answer,
     ClaimSession,
     Delivery,
@@ -55,7 +54,6 @@ STATEMENTS = (
     "lease_acquire",
     "rates_add",
     "rates_trim",
-    *MAINTENANCE_JOBS,
     "maintenance_round",
 )
 #: Seconds :meth:`PostgresClaimSession.wait` waits for the server before it gives up.
@@ -194,11 +192,6 @@ class PostgresClaimSession(ClaimSession):
         check_lease_ttl(ttl)
         params = {"name": name, "owner": owner, "ttl": ttl}
         self._send("lease_acquire", params, _outcome(callback, bool))
-
-    def maintain(self, job: str, callback: Answer) -> None:
-        store = self._store
-        params = store._maintenance_params(job)
-        self._send(job, params, _outcome(callback, lambda rows: store._maintained(job, rows)))
 
     def maintain_round(self, callback: Answer) -> None:
         store = self._store
