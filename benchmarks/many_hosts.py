@@ -12,8 +12,11 @@ share this machine's cores),
 processes started together: first to last task start; with the CPU per task of the
 workers and of the broker's server processes) and **latency under load** (4
 publishers sending probes at ``--rate`` each per second, each at a random phase, while the
-workers run: task start minus send, p50/p99). Ratios against Redis and RabbitMQ are
-printed at the end. Places are private (schema, vhost, Redis db 15).
+workers run: task start minus send, p50/p99) and **publish while busy** (the same
+publish while every worker process runs a 1 s task with its prefetch full: the CPU a
+publish then costs in the server and in the busy workers, which take none of it yet).
+Ratios against Redis and RabbitMQ are printed at the end. Places are private (schema,
+vhost, Redis db 15).
 """
 
 from __future__ import annotations
@@ -68,6 +71,11 @@ def probe(sent):
 def warm():
     pass
 
+@app.task(name="mh.slow")
+def slow():
+    _record("slow", repr(time.time()))
+    time.sleep(1.0)
+
 if __name__ == "__main__":  # a publisher: mode, count, rate (per second; 0: flat out)
     mode, count, rate = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     with app.producer_or_acquire() as producer:
@@ -79,8 +87,8 @@ if __name__ == "__main__":  # a publisher: mode, count, rate (per second; 0: fla
             start += random.random() / rate
             time.sleep(start - time.time())
         for i in range(count):
-            if mode == "noop":
-                app.send_task("mh.noop", producer=producer)
+            if mode in ("noop", "slow"):
+                app.send_task(f"mh.{mode}", producer=producer)
             else:
                 app.send_task("mh.probe", (time.time(),), producer=producer)
             if rate:
@@ -162,6 +170,27 @@ def publishers(
                 p.kill()
                 p.wait(10)
     return max(float(e[0]) for e in ends) - start, sum(float(e[1]) for e in ends), server
+
+
+def busy_publish(
+    broker: str, env: dict, workdir: Path, tasks: int, record: Path, workers_cpu
+) -> dict[str, float]:
+    """Publish while every worker is busy: the four workers hold a backlog of 1 s tasks
+    (all 8 processes running one, their prefetch full) while the four publishers send
+    ``tasks`` more. What a publish costs then, in the broker's server processes and in
+    the busy workers, which take none of these messages yet."""
+    publishers(broker, env, workdir, "slow", 50, 0)  # 200 s of work for 8 processes
+    deadline = time.time() + 60
+    while len(records(record, "slow")) < 8 and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # prefetch filled
+    before = workers_cpu()
+    seconds, _, server = publishers(broker, env, workdir, "noop", tasks // 4, 0)
+    return {
+        "busy publish/s": tasks / seconds,
+        "busy server us/pub": 1e6 * server / tasks,
+        "busy workers us/pub": 1e6 * (workers_cpu() - before) / tasks,
+    }
 
 
 def _failed(what: str, p: subprocess.Popen, err: str) -> RuntimeError:
@@ -257,6 +286,7 @@ def run(broker: str, args, workdir: Path) -> dict:
         while len(records(record, "probe")) < 4 * probes and time.time() < deadline:
             time.sleep(0.2)
         lat = sorted(float(r[2]) - float(r[1]) for r in records(record, "probe"))
+        busy = busy_publish(broker, env, workdir, args.tasks, record, workers_cpu)
         return {
             "publish/s": args.tasks / publish_s,
             "client us/pub": 1e6 * client_cpu / args.tasks,
@@ -266,6 +296,7 @@ def run(broker: str, args, workdir: Path) -> dict:
             "server us/task": 1e6 * drain_server_cpu,
             "p50 ms": 1000 * lat[len(lat) // 2],
             "p99 ms": 1000 * lat[int(len(lat) * 0.99) - 1],
+            **busy,
         }
     finally:
         for w in workers:
@@ -301,6 +332,9 @@ def main() -> None:
         "server us/task",
         "p50 ms",
         "p99 ms",
+        "busy publish/s",
+        "busy server us/pub",
+        "busy workers us/pub",
     ]
     width = {c: max(10, len(c)) + 2 for c in columns}
     print("\n" + f"{'broker':22}" + "".join(f"{c:>{width[c]}}" for c in columns))
