@@ -322,6 +322,13 @@ class Waiter(abc.ABC):
         """Withdraw this waiter's hand-off offers; return hand-offs that arrived meanwhile."""
         return []
 
+    def hear_wakeups(self, on: bool) -> bool:
+        """Stop (``on`` False) or resume hearing the store's announcements of new jobs and
+        routing changes; hand-offs to this waiter keep arriving either way. Resumed, every
+        job committed from then on is announced. Returns False when the engine cannot
+        stop them (they are always heard)."""
+        return False
+
 
 #: Called with a statement's outcome, or with the exception it raised.
 Answer = Callable[[Any], None]

@@ -311,6 +311,7 @@ class Channel(virtual.Channel):
         if len(gone) < len(got):
             self._dispatch([d for d in got if d.queue in consumed])
         self.connection.handoff.claimed(self, full)
+        self.connection.quiet.claimed(self, full)  # after the batch is in the QoS
 
     def _dispatch(self, deliveries: list[Delivery]) -> None:
         no_ack = [d for d in deliveries if d.queue in self._no_ack_queues]

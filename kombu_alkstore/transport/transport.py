@@ -26,6 +26,7 @@ from .handoff import Handoff
 from .heartbeat import MAX_SLEEP, Heartbeater
 from .held import hand_back, tag_of
 from .options import parse_transport_options
+from .quiet import QUIET_POLL, Quiet
 from .reasons import install as _install_reasons
 from .routing import RoutingCache
 
@@ -67,6 +68,8 @@ class Transport(virtual.Transport):
         self.claims: Any = None
         #: Idle channels offer their free slots to publishers (see handoff.py).
         self.handoff = Handoff(self)
+        #: A busy connection stops hearing announcements of new jobs (see quiet.py).
+        self.quiet = Quiet(self)
         #: Expiry, retention and the other maintenance jobs, under a lease.
         self.maintenance = Maintenance(self.options.sweep_interval)
         #: Every message this connection holds unacked, by delivery tag. After a lost
@@ -175,9 +178,11 @@ class Transport(virtual.Transport):
         if self._loop is not None:
             self._loop.on_tick.discard(self._tick)
             self.acks.attach(None)
-            if self._listening:
-                self._listening = False
-                self.routing.listening(-1)
+            self.listening(False)
+            if self.quiet.active and self.waiter is not None and not self.lost:
+                with contextlib.suppress(Exception):  # a new waiter hears everything anyway
+                    self.waiter.hear_wakeups(True)
+            self.quiet.reset()
             fd = self.waiter.fileno() if self.waiter is not None else None
             if fd is not None:
                 self._loop.remove(fd)
@@ -213,8 +218,7 @@ class Transport(virtual.Transport):
         fd = waiter.fileno()
         if fd is not None:
             loop.add_reader(fd, self._guarded(self._on_readable))
-            self._listening = True
-            self.routing.listening(+1)
+            self.listening(True)
         else:
             self._last_change = time.monotonic()
             self._check_tref = loop.call_later(
@@ -231,6 +235,8 @@ class Transport(virtual.Transport):
                 loop.call_repeatedly(MAX_SLEEP, self._guarded(self._loop_heartbeat)),
             ]
             self.heartbeats.loop_beats = True
+            if fd is not None:
+                self._trefs.append(loop.call_repeatedly(QUIET_POLL, self._guarded(self.quiet.tick)))
         self._trefs += [
             loop.call_repeatedly(self.polling_interval, self._guarded(self._safety_poll)),
             loop.call_repeatedly(self.options.sweep_interval, self._guarded(self.sweep)),
@@ -238,6 +244,13 @@ class Transport(virtual.Transport):
         self._tick = self._guarded(self._on_tick)
         loop.on_tick.add(self._tick)
         loop.call_soon(self._guarded(self._start_polling))
+
+    def listening(self, on: bool) -> None:
+        """Whether this connection hears the store's routing announcements (its
+        waiter's LISTEN is up and not quiet); the routing cache polls when none does."""
+        if on != self._listening:
+            self._listening = on
+            self.routing.listening(+1 if on else -1)
 
     def _guarded(self, fn: Any) -> Any:
         """``fn`` for the event loop: a connection error marks this connection lost (so

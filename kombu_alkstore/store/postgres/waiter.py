@@ -60,9 +60,16 @@ class PostgresWaiter(Waiter):
     def _run(self, key: str, params: dict | None = None) -> psycopg.Cursor:
         return self._conn.execute(self._store._sql[key], self._store._params(params))
 
-    def _listen(self, channel: str) -> None:
+    def _listen(self, channel: str, on: bool = True) -> None:
         # LISTEN takes no parameter: the channel is quoted as an identifier.
-        self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        verb = sql.SQL("LISTEN" if on else "UNLISTEN")
+        self._conn.execute(sql.SQL("{} {}").format(verb, sql.Identifier(channel)))
+
+    def hear_wakeups(self, on: bool) -> bool:
+        # LISTEN takes effect at its commit (autocommit: on return); notifications read
+        # during the round trip wait in the connection for the next poll().
+        self._listen(self._store.channel, on)
+        return True
 
     @property
     def address(self) -> int:

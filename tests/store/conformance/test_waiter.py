@@ -47,3 +47,24 @@ def test_waiter_times_out_when_nothing_happens(store):
         assert not waiter.poll()
     finally:
         waiter.close()
+
+
+def test_a_waiter_told_to_stop_hearing_wakeups_hears_none_until_told_again(store, opener):
+    other = opener()
+    waiter = store.waiter()
+    try:
+        waiter.poll()
+        stopped = waiter.hear_wakeups(False)
+        assert stopped == store.capabilities.listener  # a LISTEN can be undone
+        if not stopped:  # the engine cannot stop them (it polls): still heard
+            other.enqueue("wq", b"heard")
+            assert waiter.wait(5)
+            return
+        other.enqueue("wq", b"unheard")
+        assert not waiter.wait(0.5)
+        assert waiter.hear_wakeups(True)
+        other.enqueue("wq", b"heard")
+        assert "wq" in waiter.wait(5).queues
+        assert [d.body for d in store.claim(["wq"], 2)] == [b"unheard", b"heard"]
+    finally:
+        waiter.close()

@@ -1,0 +1,119 @@
+"""Quiet while busy: a consumer whose every task channel has a backlog stops hearing
+the store's announcements of new jobs.
+
+Every publish announces its job to every LISTENing consumer of the store (PostgreSQL's
+NOTIFY reaches them all), and each wakes its event loop for it. A busy one takes
+nothing from it: it claims again as acks free its slots. With many busy workers that is
+most of a publish's cost, paid by the server and by every worker (``benchmarks/
+many_hosts.py``, "publish while busy").
+
+So once every channel consuming with acks (the task channels) has had a backlog for
+:data:`QUIET_AFTER` seconds, the connection stops hearing announcements
+(:meth:`Waiter.hear_wakeups`). Its idle control channels (the pidbox, replies) still get
+their messages: publishers hand them to their offers (hand-off, which this requires),
+and a check every :data:`QUIET_POLL` seconds claims what no offer took. Routing goes
+back to polling its version while quiet (:class:`RoutingCache`).
+
+Guarantee: no announcement is lost. As soon as a task channel's claim leaves no backlog,
+the connection hears announcements again and then every channel claims once: a job
+committed before LISTEN took effect is found by that claim, one committed after is
+announced.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+#: Seconds every task channel must have had a backlog before announcements stop.
+QUIET_AFTER = 1.0
+#: While quiet: seconds between checks for work no offer took (idle channels' queues).
+QUIET_POLL = 1.0
+
+
+class Quiet:
+    """Whether one kombu connection hears the store's announcements (event loop only)."""
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+        #: Announcements stopped.
+        self.active = False
+        self._busy_since: float | None = None
+
+    def reset(self) -> None:
+        """A new waiter hears everything."""
+        self.active = False
+        self._busy_since = None
+
+    @staticmethod
+    def _tasks(channel: Any) -> bool:
+        """Whether ``channel`` consumes a queue with acks (a task channel)."""
+        return bool(channel._consumers) and bool(
+            set(channel._active_queues) - channel._no_ack_queues
+        )
+
+    def _busy(self) -> bool:
+        t = self.transport
+        tasks = [ch for ch in t.channels if self._tasks(ch)]
+        return bool(tasks) and all(ch in t._starved for ch in tasks)
+
+    def tick(self) -> None:
+        """Every :data:`QUIET_POLL` seconds: go quiet after a long enough backlog; while
+        quiet, claim what no offer took on the idle channels, or hear again if no task
+        channel is busy any more (a consumer cancelled, for one)."""
+        t = self.transport
+        if t.waiter is None or t.claims is None:  # the connection was lost meanwhile
+            return
+        if self.active:
+            if not self._busy():
+                self.hear()
+            else:
+                self._poll_idle()
+            return
+        if not (t.handoff.enabled and self._busy()):
+            self._busy_since = None
+            return
+        now = time.monotonic()
+        if self._busy_since is None:
+            self._busy_since = now
+        elif now - self._busy_since >= QUIET_AFTER:
+            self._quiet()
+
+    def claimed(self, channel: Any, full: bool) -> None:
+        """A claim of ``channel`` was answered; without a backlog left, hear again."""
+        if full or not self._tasks(channel):
+            return
+        self._busy_since = None
+        if self.active and self.transport.waiter is not None:
+            self.hear()
+
+    def _quiet(self) -> None:
+        t = self.transport
+        if not t.waiter.hear_wakeups(False):
+            return
+        self.active = True
+        t.listening(False)
+        t._on_readable()  # what arrived during the round trip (hand-offs among it)
+
+    def hear(self) -> None:
+        """Hear announcements again, then claim once on every channel (see above)."""
+        t = self.transport
+        self.reset()
+        t.waiter.hear_wakeups(True)
+        t.listening(True)
+        t._on_readable()
+        t._poll_all()
+        t._learn_next_due()
+
+    def _poll_idle(self) -> None:
+        t = self.transport
+        queues = sorted(
+            {
+                q
+                for ch in t.channels
+                if ch._consumers and ch not in t._starved
+                for q in ch._active_queues
+            }
+        )
+        if queues and t.claims is not None:
+            t.claims.has_due(queues, t._due_answered)
