@@ -58,6 +58,12 @@ class Handoff:
         self._offer(channel).idle = not full
         self.update(channel)
 
+    def behind(self, channel: Any) -> None:
+        """Due work waits for ``channel``, which cannot take it now (no free slot): no
+        offer until a claim of its own leaves no backlog, or a new job handed to a slot
+        that frees would overtake the older one waiting."""
+        self.claimed(channel, True)
+
     def before_claim(self, channel: Any) -> None:
         """A claim is about to take every free slot of ``channel``: withdraw its offer
         first (the session keeps the order)."""

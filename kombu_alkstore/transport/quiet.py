@@ -11,8 +11,10 @@ So once every channel consuming with acks (the task channels) has had a backlog 
 :data:`QUIET_AFTER` seconds, the connection stops hearing announcements
 (:meth:`Waiter.hear_wakeups`). Its idle control channels (the pidbox, replies) still get
 their messages: publishers hand them to their offers (hand-off, which this requires),
-and a check every :data:`QUIET_POLL` seconds claims what no offer took. Routing goes
-back to polling its version while quiet (:class:`RoutingCache`).
+and a check every :data:`QUIET_POLL` seconds claims what no offer took. That check also
+claims for every free slot of the task channels, which would otherwise wait for half
+their slots to free (under long tasks, for long). Routing goes back to polling its
+version while quiet (:class:`RoutingCache`).
 
 Guarantee: no announcement is lost. As soon as a task channel's claim leaves no backlog,
 the connection hears announcements again and then every channel claims once: a job
@@ -27,7 +29,7 @@ from typing import Any
 
 #: Seconds every task channel must have had a backlog before announcements stop.
 QUIET_AFTER = 1.0
-#: While quiet: seconds between checks for work no offer took (idle channels' queues).
+#: While quiet: seconds between claims for free slots and checks for work no offer took.
 QUIET_POLL = 1.0
 
 
@@ -106,7 +108,12 @@ class Quiet:
         t._learn_next_due()
 
     def _poll_idle(self) -> None:
+        """Claim for the slots no announcement will fill: each task channel with a free
+        slot claims now (a busy channel waits for half its slots to free before it
+        claims on its own, and a slot can stay free for long under long tasks); the idle
+        channels look for work no offer took."""
         t = self.transport
+        t._poll_all(channels=[ch for ch in t.channels if self._tasks(ch)])
         queues = sorted(
             {
                 q

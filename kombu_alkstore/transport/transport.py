@@ -447,6 +447,8 @@ class Transport(virtual.Transport):
                 continue
             if not channel.qos.can_consume() or (batch and not channel.wants_batch()):
                 self._starved.add(channel)
+                if not batch:  # woken for due work (or the safety poll found some)
+                    self.handoff.behind(channel)
                 continue
             self._starved.discard(channel)
             if self.claims is not None:

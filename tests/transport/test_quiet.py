@@ -56,3 +56,27 @@ def test_a_busy_worker_goes_quiet_and_loses_nothing(pg_target, tmp_path):
         assert _started(record, "after") - sent < 1.0
         wait_for(lambda: _started(record, "countdown"), 20)
         assert _started(record, "countdown") - due < 1.0
+
+
+@pytest.mark.slow
+def test_a_quiet_worker_under_long_tasks_fills_a_free_slot(pg_target, tmp_path):
+    """acks_late, prefetch 4 on 4 threads, three long tasks: a slot that frees is filled
+    within about a second, though no announcement comes and half the slots are not free
+    (a busy channel's own trigger), and by the job that waited, not by a newer one."""
+    target, record = pg_target, tmp_path / "record.tsv"
+    app = make_app(target)
+    env = {"ALKSTORE_TEST_PREFETCH": "1", "ALKSTORE_TEST_ACKS_LATE": "1"}
+    with worker_process(target, record, "-P", "threads", "-c", "4", "-n", "long@%h", **env):
+        wait_for(lambda: app.control.inspect(timeout=1).ping(), 60)
+        for i in range(3):
+            app.send_task("tests.apps.proj.mark", (f"long{i}", 20.0))
+        app.send_task("tests.apps.proj.mark", ("short", 3.0))
+        app.send_task("tests.apps.proj.mark", ("backlog",))
+        wait_for(lambda: _waiter_statement(target) == "UNLISTEN", 10)
+        wait_for(lambda: _started(record, "short"), 10)  # its slot is free now
+        sent = time.time()
+        app.send_task("tests.apps.proj.mark", ("new",))
+        wait_for(lambda: _started(record, "new"), 30)
+        assert _started(record, "new") - sent < 3.5
+        backlog = _started(record, "backlog")  # the older job, not overtaken by the new
+        assert backlog is not None and backlog < _started(record, "new")
