@@ -61,8 +61,8 @@ class Quiet:
 
     def tick(self) -> None:
         """Every :data:`QUIET_POLL` seconds: go quiet after a long enough backlog; while
-        quiet, claim what no offer took on the idle channels, or hear again if no task
-        channel is busy any more (a consumer cancelled, for one)."""
+        quiet, claim for free slots and for what no offer took (:meth:`_poll_idle`), or
+        hear again if no task channel is busy any more (a consumer cancelled, for one)."""
         t = self.transport
         if t.waiter is None or t.claims is None:  # the connection was lost meanwhile
             return
