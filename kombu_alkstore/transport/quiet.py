@@ -104,8 +104,7 @@ class Quiet:
         t.waiter.hear_wakeups(True)
         t.listening(True)
         t._on_readable()
-        t._poll_all()
-        t._learn_next_due()
+        t._start_polling()  # every channel claims, then the next due time is learnt
 
     def _poll_idle(self) -> None:
         """Claim for the slots no announcement will fill: each task channel with a free
@@ -114,7 +113,7 @@ class Quiet:
         channels look for work no offer took."""
         t = self.transport
         t._poll_all(channels=[ch for ch in t.channels if self._tasks(ch)])
-        queues = sorted(
+        t.poll_if_due(
             {
                 q
                 for ch in t.channels
@@ -122,5 +121,3 @@ class Quiet:
                 for q in ch._active_queues
             }
         )
-        if queues and t.claims is not None:
-            t.claims.has_due(queues, t._due_answered)

@@ -345,12 +345,16 @@ class Transport(virtual.Transport):
     def _safety_poll(self) -> None:
         """The slow re-poll behind the wake-ups: finds lapsed claims (which announce
         nothing) and anything a lost notification missed, with one read when idle."""
-        queues = sorted(self._active_queues())
-        if not queues or self.store is None:
+        self.poll_if_due(self._active_queues())
+
+    def poll_if_due(self, queues: set[str]) -> None:
+        """Claim on every channel if one of ``queues`` has due work (one read first)."""
+        names = sorted(queues)
+        if not names or self.store is None:
             return
         if self.claims is not None:
-            self.claims.has_due(queues, self._due_answered)
-        elif self.store.has_due(queues):
+            self.claims.has_due(names, self._due_answered)
+        elif self.store.has_due(names):
             self._poll_all()
 
     def store_errors(self) -> tuple[type[BaseException], ...]:
