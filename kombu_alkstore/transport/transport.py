@@ -498,9 +498,10 @@ class Transport(virtual.Transport):
             if d.id not in alive and self.held.pop(tag_of(d), None) is not None:
                 logger.warning(
                     "alkstore: lost the claim on message %s on %r (its visibility timeout "
-                    "lapsed); it will be delivered again and this ack will be refused",
+                    "of %s s lapsed); it will be delivered again and this ack will be refused",
                     d.id,
                     d.queue,
+                    d.visibility_timeout,
                 )
 
     def sweep(self) -> None:
@@ -627,9 +628,12 @@ class AckBuffer:
             raise landed
         for d in batch:
             if d.id not in landed:
+                # The timeout its publisher stamped, named: a storm of claims lapsing at
+                # once (a timeout of milliseconds) explains itself in the worker's log.
                 logger.warning(
                     "alkstore: ack of message %s on %r refused: its claim lapsed "
-                    "(visibility timeout) and it will be delivered again",
+                    "(visibility timeout %s s) and it will be delivered again",
                     d.id,
                     d.queue,
+                    d.visibility_timeout,
                 )

@@ -1,11 +1,13 @@
 """The transport in a kombu event loop (the hub a Celery worker runs) on PostgreSQL:
 claims sent without waiting are delivered when answered, a wake-up during a claim in
 flight is not lost, a claim answered after its consumer left is handed back (not
-delivered, not dead-lettered), and a late ack after its connection closed still lands."""
+delivered, not dead-lettered), a late ack after its connection closed still lands, and a refused late ack names
+the timeout its job carried."""
 
 from __future__ import annotations
 
 import select
+import time
 
 import pytest
 from kombu import Connection, Queue
@@ -91,3 +93,22 @@ def test_a_wake_up_during_a_claim_in_flight_claims_again(hub_connection, pg_targ
     transport._on_tick()  # the loop's next turn claims again
     claims.wait()
     assert sorted(m.payload["i"] for m in got) == list(range(6))
+
+
+def test_a_refused_late_ack_names_the_timeout_its_publisher_stamped(pg_target, caplog):
+    """A claim that lapsed before its ack: the warning says which visibility timeout the
+    job carried (a storm of claims lapsing at once then names its cause in the log)."""
+    opts = dict(pg_target.transport_options, visibility_timeout=1.25)
+    with Connection(pg_target.broker_url, transport_options=opts) as conn:
+        queue = Queue("q", routing_key="q")
+        with conn.Producer() as producer:
+            producer.publish({"i": 1}, routing_key="q", declare=[queue])
+        message = queue(conn.default_channel).get(no_ack=False)
+        assert message is not None
+        conn.transport.heartbeats.stop()  # nothing extends the claim: it lapses
+        time.sleep(1.5)
+        with caplog.at_level("WARNING", logger="kombu_alkstore"):
+            message.ack()
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert refused and "visibility timeout 1.25 s" in refused[0], refused
+    assert _counts(pg_target) == (0, 1, 0)  # still there, claimable again
