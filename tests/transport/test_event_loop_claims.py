@@ -1,8 +1,8 @@
 """The transport in a kombu event loop (the hub a Celery worker runs) on PostgreSQL:
 claims sent without waiting are delivered when answered, a wake-up during a claim in
 flight is not lost, a claim answered after its consumer left is handed back (not
-delivered, not dead-lettered), a late ack after its connection closed still lands, and a refused late ack names
-the timeout its job carried."""
+delivered, not dead-lettered), a late ack after its connection closed still lands, and
+a refused late ack names the timeout its job carried."""
 
 from __future__ import annotations
 
