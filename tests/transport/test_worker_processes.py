@@ -64,6 +64,34 @@ def test_kill_9_with_acks_late_every_task_completes(target, tmp_path):
         assert store.dead_list() == []
 
 
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_a_warm_shutdown_mid_backlog_runs_every_task_once(target, tmp_path, pool):
+    """SIGTERM (a deploy) while acks_late tasks run and more wait in the prefetch: the
+    running ones finish and ack during the warm shutdown, the prefetched ones go back at
+    once (not after the visibility timeout) and the next worker runs them; none twice."""
+    app, env = _app_for(target)  # the default 300 s visibility timeout
+    record = tmp_path / "record.tsv"
+    for i in range(12):
+        app.send_task("tests.apps.proj.mark", (f"w{i}", 1.5))
+    args = ("-c", "2", "-P", pool)
+    with worker_process(target, record, *args, ALKSTORE_TEST_ACKS_LATE="1", **env) as first:
+        wait_for(lambda: len(_keys(record)) >= 2, 40)  # the next two are running now
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=30) == 0
+    done_before = set(_keys(record))
+    assert 2 <= len(done_before) < 12, "the shutdown must interrupt the backlog"
+    started = time.monotonic()
+    with worker_process(target, record, *args, ALKSTORE_TEST_ACKS_LATE="1", **env):
+        wait_for(lambda: set(_keys(record)) >= {f"w{i}" for i in range(12)}, 60)
+        time.sleep(2)  # a second run of any task would be recorded by now
+    assert time.monotonic() - started < 60  # far inside the 300 s timeout
+    runs = collections.Counter(_keys(record))
+    assert [k for k, n in runs.items() if n > 1] == []
+    with target.open() as store:
+        assert store.dead_list() == []
+        assert all(c.pending == c.processing == 0 for c in store.counts(["celery"]))
+
+
 def test_poison_task_is_dead_lettered_after_max_attempts(target, tmp_path):
     app, env = _app_for(target, visibility_timeout=5, max_attempts=3, backoff_base=0.2)
     record = tmp_path / "record.tsv"
