@@ -7,6 +7,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from kombu.exceptions import ChannelError
@@ -314,22 +315,26 @@ class Channel(virtual.Channel):
         self.connection.quiet.claimed(self, full)  # after the batch is in the QoS
 
     def _dispatch(self, deliveries: list[Delivery]) -> None:
+        lapsed = self.connection.lapsed(
+            [d for d in deliveries if d.queue not in self._no_ack_queues]
+        )
+        if lapsed:  # claimable again: not ours to deliver, hold or hand back
+            self.unhold(d for d in deliveries if d.id in lapsed)
+            deliveries = [d for d in deliveries if d.id not in lapsed]
         no_ack = [d for d in deliveries if d.queue in self._no_ack_queues]
         if no_ack:
             self.store.ack(no_ack)
-        held = self.held
-        self.connection.heartbeats.ensure_started()
+        self.hold(deliveries)
         pending = deque(deliveries)
         read_at = time.monotonic()  # the claim just read the revoke marks
         try:
             while pending:
                 d = pending.popleft()
+                tag = tag_of(d)
                 message = self._decode_row(d)
                 if message is None:
+                    self.unhold([d])  # dead-lettered
                     continue
-                tag = tag_of(d)
-                if d.queue not in self._no_ack_queues:
-                    held[tag] = d
                 if d.revoked:
                     revokes.tell_worker(d.msg_id)
                 try:
@@ -340,9 +345,24 @@ class Channel(virtual.Channel):
                     self._refuse(d, tag, exc)
                 read_at = revokes.recheck_if_stale(self.store, read_at, pending)
         finally:
+            self.unhold(pending)
             rest = [d for d in pending if d.queue not in self._no_ack_queues]
             if rest:  # a callback raised mid-batch: hand the rest back untouched
                 self.store.release(rest)
+
+    def hold(self, deliveries: list[Delivery]) -> None:
+        """Hold (so heartbeat) claims about to be delivered, all of them before the first
+        is: an inline pool (solo, gevent, eventlet) runs each task inside ``_deliver``,
+        and the claims waiting behind a long task must not lapse meanwhile."""
+        for d in deliveries:
+            if d.queue not in self._no_ack_queues:
+                self.held[tag_of(d)] = d
+        self.connection.heartbeats.ensure_started()
+
+    def unhold(self, deliveries: Iterable[Delivery]) -> None:
+        """Stop holding claims that will not be delivered here (handed back or dead)."""
+        for d in deliveries:
+            self.held.pop(tag_of(d), None)
 
     def _refuse(self, d: Delivery, tag: str, exc: Exception) -> None:
         logger.error(
@@ -377,8 +397,7 @@ class Channel(virtual.Channel):
             if no_ack:
                 self.store.ack([d])
             else:
-                self.held[tag_of(d)] = d
-                self.connection.heartbeats.ensure_started()
+                self.hold([d])
                 self.qos.append(message, message.delivery_tag)
             return message
         return None

@@ -123,11 +123,16 @@ class Handoff:
                 mine.setdefault(channel, []).append(delivery)
         t.hand_back(orphans)
         for channel, deliveries in mine.items():
+            channel.hold(deliveries)  # heartbeated while earlier ones run (inline pools)
             pending = deque(deliveries)
             read_at = time.monotonic()
-            while pending:
-                self._deliver(channel, pending.popleft())
-                read_at = revokes.recheck_if_stale(t.store, read_at, pending)
+            try:
+                while pending:
+                    self._deliver(channel, pending.popleft())
+                    read_at = revokes.recheck_if_stale(t.store, read_at, pending)
+            except BaseException:  # not delivered: no longer held, their claims lapse
+                channel.unhold(pending)
+                raise
 
     def _deliver(self, channel: Any, delivery: Delivery) -> None:
         """One job handed to ``channel``'s offer, already claimed for it."""
@@ -139,6 +144,7 @@ class Handoff:
             or delivery.queue not in channel._active_queues
             or not channel.qos.can_consume()
         ):
+            channel.unhold([delivery])
             self.transport.hand_back([delivery])  # the offer changed on the job's way
             return
         channel._dispatch([delivery])

@@ -90,9 +90,7 @@ class Transport(virtual.Transport):
         self._learned = False
         self._last_sweep = time.monotonic()
         #: Extends the held claims from its own thread (see heartbeat.py).
-        self.heartbeats = Heartbeater(
-            self.heartbeat, lambda: list(self.held.values()), self.heartbeat_interval
-        )
+        self.heartbeats = Heartbeater(self.heartbeat, self.claims_held, self.heartbeat_interval)
         self._trefs: list[Any] = []
         self._loop: Any = None
         self._listening = False
@@ -386,6 +384,33 @@ class Transport(virtual.Transport):
         if isinstance(outcome, BaseException):  # counting must never break the worker
             logger.debug("alkstore: rate counts not written: %s", outcome)
 
+    def lapsed(self, deliveries: list[Any]) -> set[int]:
+        """The ids of ``deliveries`` whose claims lapsed before they could be delivered.
+
+        A claim read late (the event loop ran a task inline, solo, gevent or eventlet,
+        while the claim's answer or its hand-off waited unread) may have lapsed, and its
+        job may already run elsewhere. Those older than a third of their timeout (by this
+        host's clock) are extended first, in one statement; the ones that lapsed are not
+        to be delivered, and their queues are claimed from again at once."""
+        now = time.time()
+        old = [
+            d
+            for d in deliveries
+            if d.visibility_timeout and d.deadline - now < d.visibility_timeout * 2 / 3
+        ]
+        if not old or self.store is None:
+            return set()
+        alive = self.store.heartbeat(old)
+        lost = [d for d in old if d.id not in alive]
+        if lost:
+            logger.warning(
+                "alkstore: %d message(s) claimed for this worker lapsed before it could "
+                "take them (its event loop was busy): not delivered, claimed again",
+                len(lost),
+            )
+            self.poll_if_due({d.queue for d in lost})
+        return {d.id for d in lost}
+
     def hand_back(self, deliveries: list[Any]) -> None:
         """Return claimed, undelivered jobs to pending, their attempt refunded: from the
         event loop's thread through the claims connection (no wait, no pooled
@@ -466,10 +491,16 @@ class Transport(virtual.Transport):
         return delivered
 
     # ------------------------------------------------------------ maintenance
+    def claims_held(self) -> list[Any]:
+        """The claims heartbeats keep: the messages held unacked, and those Celery acked
+        whose ack is not sent yet (an inline pool can block the loop, and so the flush,
+        for as long as its next task runs)."""
+        return list(self.held.values()) + self.acks.waiting()
+
     def heartbeat(self) -> None:
         """Extend the deadlines of every held message in one statement, each by its own
         visibility timeout (called by the heartbeat thread; safe from any thread)."""
-        held = list(self.held.values())
+        held = self.claims_held()
         store = self.store
         if not held or store is None or self.lost:
             return
@@ -483,7 +514,7 @@ class Transport(virtual.Transport):
         """The heartbeat from the event loop, on the claims connection, when it is due
         (never while nothing is held: see Heartbeater.take_due)."""
         if self.claims is not None and not self.lost and self.heartbeats.take_due():
-            held = list(self.held.values())
+            held = self.claims_held()
             self.claims.heartbeat(held, functools.partial(self._beat_answered, held))
 
     def _beat_answered(self, held: list[Any], alive: set[int] | BaseException) -> None:
@@ -591,6 +622,11 @@ class AckBuffer:
                 )
         if not deferred:
             self.flush()
+
+    def waiting(self) -> list[Any]:
+        """The claims whose acks wait here to be sent."""
+        with self._lock:
+            return list(self._pending)
 
     def in_loop_thread(self) -> bool:
         """Whether the caller runs in the event loop's thread (the only one that may use

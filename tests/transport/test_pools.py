@@ -4,8 +4,9 @@ For each pool (prefork, threads, solo, gevent, eventlet): the round trip; countd
 within about a second of their ETA with the default 10 s safety-net poll; a task longer
 than its visibility timeout keeps its claim and is acked once (the heartbeat thread holds
 it even where the task runs in the event loop's thread, and beats by the job's own
-timeout, stamped by a producer configured shorter than the worker); a worker killed with
--9 loses nothing.
+timeout, stamped by a producer configured shorter than the worker), and so do several
+such tasks claimed in one batch, waiting behind each other; a worker killed with -9
+loses nothing.
 """
 
 from __future__ import annotations
@@ -70,6 +71,18 @@ def test_pool(pool, pg_target, tmp_path):
             with pg_target.open() as store:
                 wait_for(lambda: store.get_job(long.id) is None, 5, interval=0.1)
             print(f"{pool}: 7.5 s task with a 3 s timeout ran {len(_runs(record, 'long'))}x")
+
+            # More such tasks than the pool runs at once, claimed in one batch: the ones
+            # waiting behind (the loop blocked by an inline pool, solo; gevent and
+            # eventlet once their slots are full) hold their claims too, and each runs
+            # once (a lapsed one would be claimed and run again).
+            n = 3 if pool == "solo" else 6
+            batch = [app.send_task("tests.apps.proj.mark", (f"b{i}", 4.0)) for i in range(n)]
+            wait_for(lambda: len(_runs(record, "b")) >= n, 60, interval=0.1)
+            with pg_target.open() as store:  # acked, so every run is recorded by now
+                wait_for(lambda: all(store.get_job(r.id) is None for r in batch), 40)
+            runs = sorted(row[0] for row in _runs(record, "b"))
+            assert runs == sorted(f"b{i}" for i in range(n)), f"{pool}: batch ran {runs}"
 
             # Killed with -9 mid-backlog: nothing is lost.
             for i in range(12):
