@@ -49,13 +49,18 @@ def revoked_task_ids(exchange: str, message: dict) -> list[str]:
         body = message.get("body")
         if (message.get("properties") or {}).get("body_encoding") == "base64":
             body = base64.b64decode(body)
+        # Any serializer, even one kombu disables for reading (pickle): this process wrote
+        # the message itself (its own broadcast, on its way out) with the app's
+        # task_serializer, which Celery uses for control messages too.
         command = loads(
             body,
             message.get("content-type") or "application/json",
             message.get("content-encoding") or "utf-8",
-            accept={"application/json"},
+            accept=None,
+            force=True,
         )
-    except Exception:  # not a JSON control message: nothing to record
+    except Exception as exc:  # not a control message we can read: nothing to record
+        logger.debug("alkstore: a broadcast on %r not read for revokes: %r", exchange, exc)
         return []
     if not isinstance(command, dict) or command.get("method") != "revoke":
         return []

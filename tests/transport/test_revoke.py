@@ -49,8 +49,11 @@ def test_a_task_queued_behind_busy_work_is_revoked(target):
             result.get(timeout=30)
 
 
-def test_revoke_marks_the_jobs_the_broker_holds(target):
-    app = make_app(target)
+@pytest.mark.parametrize("serializer", ["json", "pickle"])
+def test_revoke_marks_the_jobs_the_broker_holds(target, serializer):
+    """Whatever serializer the app sends its control messages with (Celery uses
+    task_serializer for them)."""
+    app = make_app(target, task_serializer=serializer, accept_content=[serializer, "json"])
     with app.connection_for_write() as conn:  # the tables
         conn.ensure_connection()
     soon = app.send_task("x.task", countdown=60)
