@@ -152,6 +152,14 @@ class Channel(virtual.Channel):
     def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
         with self._declaring():
             self.store.bind(exchange, routing_key, queue)
+            ttl = self.connection.auto_delete.pop(queue, False)
+            if ttl is not False and self.typeof(exchange).type == "fanout":
+                # An auto_delete queue on a fanout exchange (kombu's Broadcast: a queue
+                # of its own per consumer, named anew at each start): dropped, binding
+                # and all, once no consumer has used it for the expiry grace (the
+                # shortest x-expires waits that long), as RabbitMQ drops it when its
+                # consumer goes (a killed one included).
+                self.store.queue_declare(queue, message_ttl=ttl, expires=1.0)
         self.connection.routing.invalidate()
 
     def queue_bind(
@@ -185,6 +193,8 @@ class Channel(virtual.Channel):
         args = arguments or {}
         ttl = _millis(args.get("x-message-ttl"), "x-message-ttl (message_ttl)", queue)
         expires = _millis(args.get("x-expires"), "x-expires (expires)", queue)
+        if kwargs.get("auto_delete") and expires is None:
+            self.connection.auto_delete[queue] = ttl / 1000.0 if ttl is not None else None
         key = (queue, ttl, expires)
         # Celery's rpc:// backend redeclares its reply queue on every send: one write
         # per queue and arguments per few seconds is enough to keep the row fresh.

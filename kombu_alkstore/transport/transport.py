@@ -82,6 +82,9 @@ class Transport(virtual.Transport):
         self.acks = AckBuffer(self)
         #: Queue declarations made recently by this connection (see Channel._new_queue).
         self.declared: dict[tuple, float] = {}
+        #: Queues declared auto_delete without x-expires, by name: their message TTL in
+        #: seconds (see Channel._queue_bind).
+        self.auto_delete: dict[str, float | None] = {}
         #: Channels that may have work left behind (a full batch, or no free slot).
         self._starved: set[Any] = set()
         self._next_at: float | None = None
