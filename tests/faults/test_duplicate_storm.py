@@ -3,7 +3,8 @@ workers with ``task_acks_late``, default transport options, a burst of 3,000 tas
 one producer, on a fresh PostgreSQL cluster whose schema and default queue already had a
 busy history (workers killed with -9 mid-backlog with 2 s and 5 s visibility timeouts and
 countdowns, a poison task, a remote-control shutdown, extra bindings). Twenty runs, each
-with zero tasks executed twice.
+with zero tasks executed twice; a trigger records every change of the jobs table meanwhile,
+so a run that ever executes a task twice fails saying how its job got there again.
 """
 
 from __future__ import annotations
@@ -13,10 +14,19 @@ import contextlib
 import json
 import signal
 
+import psycopg
 import pytest
 from kombu import Exchange, Queue
 
-from tests.helpers import cluster_app, kill_group, make_app, read_record, wait_for, worker_process
+from tests.helpers import (
+    cluster_app,
+    kill_group,
+    make_app,
+    read_record,
+    run_sql,
+    wait_for,
+    worker_process,
+)
 from tests.private_pg import private_cluster
 
 RUNS = 20
@@ -67,9 +77,58 @@ def _history_round(target, tmp_path, vt: float) -> None:
         Queue("celery", Exchange("extra", "topic"), routing_key="celery.#")(conn).declare()
 
 
-def _storm(target, env, app, tmp_path, run: int) -> collections.Counter:
+# Every row change of the jobs table, kept by a trigger during the bursts: if a burst
+# ever runs a task twice, the failure says how its job got to a second worker (re-claimed
+# after a lapse, handed back with its attempt refunded, or inserted twice).
+AUDIT = """
+CREATE TABLE {schema}.audit (op text, old jsonb, new jsonb);
+CREATE FUNCTION {schema}.audit_row() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO {schema}.audit (op, old, new) VALUES (TG_OP,
+    CASE WHEN TG_OP <> 'INSERT' THEN to_jsonb(OLD) - 'body' END,
+    CASE WHEN TG_OP <> 'DELETE' THEN to_jsonb(NEW) - 'body' END);
+  RETURN NULL;
+END $$;
+CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON {schema}.jobs
+  FOR EACH ROW EXECUTE FUNCTION {schema}.audit_row();
+"""
+
+
+def _kind(op: str, old: dict | None, new: dict | None) -> str:
+    if op == "INSERT":
+        return "handed off at insert" if new["state"] == "processing" else "inserted"
+    if op == "DELETE":
+        return "deleted"
+    if (old["state"], new["state"]) == ("pending", "processing"):
+        return "claimed"
+    if (old["state"], new["state"]) == ("processing", "processing"):
+        return "re-claimed after a lapse" if old["token"] != new["token"] else "heartbeat"
+    if (old["state"], new["state"]) == ("processing", "pending"):
+        return "handed back (refund)" if new["attempts"] < old["attempts"] else "requeued"
+    return f"{old['state']} -> {new['state']}"
+
+
+def _audit(target, task_ids: set[str]) -> dict:
+    """How the jobs of ``task_ids`` changed since the last call (then forgotten): the
+    count of each kind of change, and how many rows each task had."""
+    with psycopg.connect(target.url, autocommit=True) as conn:
+        rows = conn.execute(f'SELECT op, old, new FROM "{target.schema}".audit').fetchall()
+        conn.execute(f'TRUNCATE "{target.schema}".audit')
+    kinds: collections.Counter = collections.Counter()
+    rows_of: dict[str, set] = collections.defaultdict(set)
+    for op, old, new in rows:
+        row = new or old
+        if row["msg_id"] in task_ids:
+            kinds[_kind(op, old, new)] += 1
+            rows_of[row["msg_id"]].add(row["id"])
+    return {"changes": dict(kinds), "rows per task": sorted({len(r) for r in rows_of.values()})}
+
+
+def _storm(target, env, app, tmp_path, run: int) -> tuple[collections.Counter, dict]:
+    """One burst: the runs of each task key, and each key's task id."""
     rec = tmp_path / f"storm{run}.tsv"
     procs = []
+    ids = {}
     try:
         for n in range(3):
             cm = worker_process(
@@ -78,13 +137,14 @@ def _storm(target, env, app, tmp_path, run: int) -> collections.Counter:
             procs.append((cm, cm.__enter__()))
         with app.producer_or_acquire() as producer:
             for i in range(TASKS):
-                app.send_task("tests.apps.proj.mark", (f"t{i}",), producer=producer)
+                sent = app.send_task("tests.apps.proj.mark", (f"t{i}",), producer=producer)
+                ids[f"t{i}"] = sent.id
         wait_for(lambda: len({r[0] for r in read_record(rec)}) >= TASKS, 120, interval=0.2)
         wait_for(lambda: _drained(target), 10, interval=0.2)
     finally:
         for cm, _ in procs:
             cm.__exit__(None, None, None)
-    return collections.Counter(r[0] for r in read_record(rec))
+    return collections.Counter(r[0] for r in read_record(rec)), ids
 
 
 def _drained(target) -> bool:
@@ -98,17 +158,20 @@ def test_a_burst_after_a_busy_history_runs_every_task_once(tmp_path):
     with private_cluster() as cluster:
         target, opts, app, _ = cluster_app(cluster)
         _history(target, tmp_path)
+        run_sql(target, AUDIT.format(schema=f'"{target.schema}"'))
+        _audit(target, set())
         defaults = {"ALKSTORE_TEST_OPTIONS": json.dumps(target.transport_options)}
         env = {**defaults, "ALKSTORE_TEST_ACKS_LATE": "1"}
         producer = make_app(target)  # default transport options, as the workers
         producer.conf.broker_transport_options = dict(target.transport_options)
         duplicated = {}
         for run in range(RUNS):
-            counts = _storm(target, env, producer, tmp_path, run)
+            counts, ids = _storm(target, env, producer, tmp_path, run)
             assert len(counts) == TASKS
             extra = {k: c for k, c in counts.items() if c > 1}
+            audit = _audit(target, {ids[k] for k in extra})
             if extra:
-                duplicated[run] = len(extra)
+                duplicated[run] = (len(extra), max(extra.values()), audit)
         with contextlib.suppress(Exception):
             producer.close()
         assert duplicated == {}, f"runs with tasks executed more than once: {duplicated}"
