@@ -325,12 +325,11 @@ class Channel(virtual.Channel):
         self.connection.quiet.claimed(self, full)  # after the batch is in the QoS
 
     def _dispatch(self, deliveries: list[Delivery]) -> None:
-        lapsed = self.connection.lapsed(
-            [d for d in deliveries if d.queue not in self._no_ack_queues]
-        )
-        if lapsed:  # claimable again: not ours to deliver, hold or hand back
-            self.unhold(d for d in deliveries if d.id in lapsed)
-            deliveries = [d for d in deliveries if d.id not in lapsed]
+        live = self.connection.still_claimed(deliveries, self._no_ack_queues)
+        if len(live) < len(deliveries):  # the lapsed are claimable again: not ours to hold
+            kept = {d.id for d in live}
+            self.unhold(d for d in deliveries if d.id not in kept)
+        deliveries = live
         no_ack = [d for d in deliveries if d.queue in self._no_ack_queues]
         if no_ack:
             self.store.ack(no_ack)

@@ -123,7 +123,10 @@ class Handoff:
                 mine.setdefault(channel, []).append(delivery)
         t.hand_back(orphans)
         for channel, deliveries in mine.items():
-            channel.hold(deliveries)  # heartbeated while earlier ones run (inline pools)
+            # Read late? Checked once for all of them; then held, so heartbeated while
+            # earlier ones run (inline pools).
+            deliveries = t.still_claimed(deliveries, channel._no_ack_queues)
+            channel.hold(deliveries)
             pending = deque(deliveries)
             read_at = time.monotonic()
             try:

@@ -9,10 +9,12 @@ source. A slow safety-net re-poll covers lost notifications.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import threading
 import time
+from collections.abc import Container
 from typing import Any
 
 from kombu.transport import virtual
@@ -387,32 +389,40 @@ class Transport(virtual.Transport):
         if isinstance(outcome, BaseException):  # counting must never break the worker
             logger.debug("alkstore: rate counts not written: %s", outcome)
 
-    def lapsed(self, deliveries: list[Any]) -> set[int]:
-        """The ids of ``deliveries`` whose claims lapsed before they could be delivered.
+    def still_claimed(self, deliveries: list[Any], skip: Container[str] = ()) -> list[Any]:
+        """``deliveries`` without those whose claims lapsed before they could be delivered
+        (those of the queues in ``skip``, no-ack ones, are kept as they are).
 
         A claim read late (the event loop ran a task inline, solo, gevent or eventlet,
         while the claim's answer or its hand-off waited unread) may have lapsed, and its
         job may already run elsewhere. Those older than a third of their timeout (by this
-        host's clock) are extended first, in one statement; the ones that lapsed are not
-        to be delivered, and their queues are claimed from again at once."""
+        host's clock) are extended first, in one statement, and come back with their new
+        deadline; the lapsed ones are dropped, and their queues claimed from again."""
         now = time.time()
         old = [
             d
             for d in deliveries
-            if d.visibility_timeout and d.deadline - now < d.visibility_timeout * 2 / 3
+            if d.queue not in skip
+            and d.visibility_timeout
+            and d.deadline - now < d.visibility_timeout * 2 / 3
         ]
         if not old or self.store is None:
-            return set()
+            return deliveries
         alive = self.store.heartbeat(old)
-        lost = [d for d in old if d.id not in alive]
+        lost = {d.id for d in old if d.id not in alive}
         if lost:
             logger.warning(
                 "alkstore: %d message(s) claimed for this worker lapsed before it could "
                 "take them (its event loop was busy): not delivered, claimed again",
                 len(lost),
             )
-            self.poll_if_due({d.queue for d in lost})
-        return {d.id for d in lost}
+            self.poll_if_due({d.queue for d in old if d.id in lost})
+        extended = {d.id for d in old} - lost
+        return [
+            dataclasses.replace(d, deadline=now + d.visibility_timeout) if d.id in extended else d
+            for d in deliveries
+            if d.id not in lost
+        ]
 
     def hand_back(self, deliveries: list[Any]) -> None:
         """Return claimed, undelivered jobs to pending, their attempt refunded: from the
