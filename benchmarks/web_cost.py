@@ -19,8 +19,7 @@ import uuid
 
 import psycopg
 
-from kombu_alkstore.store import open_store
-from kombu_alkstore.store.base import NewJob
+from kombu_alkstore.store import NewJob, open_store
 
 PG_URL = os.environ.get("ALKSTORE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 

@@ -111,7 +111,7 @@ def main() -> None:
     import uvicorn
 
     from kombu_alkstore.web import Config, Dashboard
-    from kombu_alkstore.web.queries import BulkRunner
+    from kombu_alkstore.web.bulk import BulkRunner
 
     schema = "webbench_" + uuid.uuid4().hex[:8]
     store = open_store(PG_URL, schema=schema)

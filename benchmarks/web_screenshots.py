@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 import uuid
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import psycopg
@@ -63,6 +64,11 @@ def seed(app, store, release: threading.Event) -> None:
         receipt.apply_async(args=(5000 + i,), kwargs={"to": f"user{i}@example.com"}, queue="mail")
     for i in range(12):
         receipt.apply_async(args=(6000 + i,), queue="mail", countdown=600 + i * 60, priority=5)
+    # Delayed work on other queues too, for the Scheduled page: an ETA and retry backoffs.
+    charge.apply_async(args=(3001, 99.0), queue="billing", countdown=90)
+    for i in range(4):
+        charge.apply_async(args=(3100 + i, 42.0), queue="billing", countdown=300 * (i + 1))
+    rollup.apply_async(queue="reports", eta=datetime.now(timezone.utc) + timedelta(hours=9))
     for _ in range(8):
         rollup.apply_async(queue="reports")
     for i in range(3):
@@ -157,6 +163,7 @@ def main() -> None:
                 ("queue", "/queues/billing"),
                 ("dead", "/dead"),
                 ("dead-letter", f"/dead/{dead_id}"),
+                ("scheduled", "/scheduled"),
                 ("schedules", "/schedules"),
                 ("consumers", "/consumers"),
             ]

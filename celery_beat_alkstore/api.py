@@ -22,6 +22,7 @@ from kombu_alkstore.errors import ConfigurationError
 from kombu_alkstore.store import ScheduleRow, Store, StoreOptions, StoreURL, shared_store
 from kombu_alkstore.store.options import parse_store_url, validate_name
 
+from .policy import check_catch_up, check_no_stacking, check_user_options, pack, split
 from .spec import KIND_CRON, Spec, parse_spec, row_spec
 
 #: The leadership lease every beat on one store competes for.
@@ -53,9 +54,17 @@ class Schedule:
     run_count: int = 0
     last_error: str | None = None
     run_requested: float | None = None
+    #: ``replay``, ``once`` or ``skip``; None: the beat's default (``beat_alkstore_catch_up``).
+    catch_up: str | None = None
+    #: Skip a due time while the previous run is still queued or running.
+    no_stacking: bool = False
+    #: Due times skipped by no stacking (the previous run was still live).
+    skipped: int = 0
 
     @classmethod
     def from_row(cls, row: ScheduleRow) -> Schedule:
+        """``options`` are the ``apply_async`` ones: the policies are fields of their own."""
+        options, policy = split(loads(row.options))
         return cls(
             name=row.name,
             spec=row.spec,
@@ -63,7 +72,7 @@ class Schedule:
             task=row.task,
             args=list(loads(row.args)),
             kwargs=dict(loads(row.kwargs)),
-            options=dict(loads(row.options)),
+            options=options,
             next_at=row.next_at,
             origin=row.origin,
             kind=row.kind,
@@ -73,6 +82,9 @@ class Schedule:
             run_count=row.run_count,
             last_error=row.last_error,
             run_requested=row.run_requested,
+            catch_up=policy.catch_up,
+            no_stacking=policy.no_stacking,
+            skipped=policy.skipped,
         )
 
     @property
@@ -217,6 +229,8 @@ def make_row(
     what: str = "schedule",
     tz: str | None = None,
     default_tz: str = "UTC",
+    catch_up: str | None = None,
+    no_stacking: bool | None = None,
 ) -> ScheduleRow:
     """Validate one schedule and build its row; every error names the schedule
     (as ``what`` — e.g. ``"beat_schedule entry"``). A cron spec is read in its own zone,
@@ -236,7 +250,12 @@ def make_row(
     options = {} if options is None else options
     if not isinstance(options, Mapping):
         raise ConfigurationError(f"{where}options must be a mapping, got {options!r}")
-    opts = _check_options(options, where)
+    check_user_options(options, where)
+    opts = pack(
+        _check_options(options, where),
+        check_catch_up(catch_up, where),
+        check_no_stacking(no_stacking, where),
+    )
     return ScheduleRow(
         name=name,
         spec=parsed.text,
@@ -328,6 +347,8 @@ def schedule(
     options: Mapping[str, Any] | None = None,
     *,
     tz: str | None = None,
+    catch_up: str | None = None,
+    no_stacking: bool = False,
     check_task: bool | None = None,
     app: Any = None,
     store: Store | None = None,
@@ -340,7 +361,12 @@ def schedule(
     ``options`` are ``apply_async`` options (``queue``, ``priority``, ``expires`` in
     seconds, ``routing_key``, ``headers``, …). Re-registering with the same spec and
     zone keeps the schedule's grid; a new one starts a new grid. The lifecycle (enabled,
-    runs, last error) is kept.
+    runs, last error, skipped count) is kept.
+
+    ``catch_up`` is what the beat does when several boundaries are due at once (after
+    downtime): ``"once"`` (one run), ``"replay"`` (each, up to 64) or ``"skip"`` (none);
+    None: the beat's ``beat_alkstore_catch_up`` (default ``once``). ``no_stacking=True``
+    skips a due time (counted) while the previous run is still queued or running.
 
     The task name is checked against the app's registry (``app``, or the current app
     when no ``store`` is given): an unknown one is a ConfigurationError unless
@@ -362,6 +388,8 @@ def schedule(
         tz=tz,
         default_tz=app_timezone(resolved),
         now=target.schedule_clock(),
+        catch_up=catch_up,
+        no_stacking=no_stacking,
     )
     if check_task:
         _check_task(resolved, row.task, _where(name))

@@ -13,6 +13,10 @@ broker is the alkstore transport on the same database, the publish joins that
 transaction: fire and advance commit together, and a crash before the commit refires
 the boundary. With another broker the message is published before the commit
 (at-least-once: a crash between the two refires the boundary).
+
+Several boundaries due at once (downtime) follow the schedule's catch-up policy (``once``
+by default, ``replay``, ``skip``: :mod:`.policy`); a schedule with no stacking skips a due
+time while the job of its previous run is still in the jobs table (one primary-key read).
 """
 
 from __future__ import annotations
@@ -47,12 +51,12 @@ from .api import (
     store_target,
 )
 from .cron import utc_iso
+from .policy import CATCH_UP_LIMIT, ONCE, REPLAY, default_catch_up, split
 from .spec import GRAMMAR, KIND_CRON, row_spec
 
 logger = get_logger(__name__)
 
-#: Missed boundaries replayed per schedule per tick; the rest are skipped (logged).
-CATCH_UP_LIMIT = 64
+__all__ = ["CATCH_UP_LIMIT", "Scheduler"]
 DEFAULT_LEASE_TTL = 10.0
 #: A schedule that could not be fired is retried after this long (seconds, at most).
 FAILED_RETRY = 5.0
@@ -70,7 +74,8 @@ class Scheduler(beat.Scheduler):
 
     Settings: ``beat_alkstore_url`` (the store when the broker is not alkstore),
     ``beat_alkstore_options`` (its store options, e.g. ``{"schema": "app"}``),
-    ``beat_alkstore_lease_ttl`` (seconds, default 10), ``beat_max_loop_interval``.
+    ``beat_alkstore_lease_ttl`` (seconds, default 10), ``beat_alkstore_catch_up``
+    (``once``, ``replay`` or ``skip``; default ``once``), ``beat_max_loop_interval``.
     """
 
     #: Never sync: every change is written to the store when it happens.
@@ -84,10 +89,18 @@ class Scheduler(beat.Scheduler):
             if not kwargs.get("lazy"):
                 raise SystemExit(f"celery beat (alkstore scheduler): {exc}") from None
             self.lease_ttl = DEFAULT_LEASE_TTL
+        try:
+            #: The catch-up policy of schedules that name none (``beat_alkstore_catch_up``).
+            self.catch_up = default_catch_up(app)
+        except ConfigurationError as exc:
+            if not kwargs.get("lazy"):
+                raise SystemExit(f"celery beat (alkstore scheduler): {exc}") from None
+            self.catch_up = ONCE
         self.target: StoreTarget | None = None
         self.store: Any = None
         self.leader = False
         self._failing: dict[str, float] = {}
+        self._warned: set[str] = set()
         self._last_error = 0.0
         #: The database's clock minus this host's, as of the last tick.
         self._skew = 0.0
@@ -125,11 +138,12 @@ class Scheduler(beat.Scheduler):
                 )
         logger.info(
             "beat: %d schedule(s) from beat_schedule stored in %s (schema %r), cron read in "
-            "%s unless a schedule names its zone; %s",
+            "%s unless a schedule names its zone, catch-up %r unless it names one; %s",
             len(rows),
             self.target.url.masked(),
             self.target.options.schema,
             self.default_tz,
+            self.catch_up,
             "fire and advance commit together"
             if self.target.same_database
             else "broker is another system: publish, then commit (at-least-once)",
@@ -164,6 +178,8 @@ class Scheduler(beat.Scheduler):
                     what="beat_schedule entry",
                     tz=entry.get("tz"),
                     default_tz=self.default_tz,
+                    catch_up=entry.get("catch_up"),
+                    no_stacking=entry.get("no_stacking"),
                 )
             )
         if self.app.conf.result_expires and "celery.backend_cleanup" not in entries:
@@ -306,41 +322,151 @@ class Scheduler(beat.Scheduler):
         )
 
     def _fire_row(self, tx: Any, row: ScheduleRow, now: float, producer: Any) -> None:
+        policy = split(loads(row.options))[1]
+        stacking = policy.no_stacking and self._sees_jobs(row)
         if row.run_requested is not None and tx.ran_now(row.name, row.run_requested, now):
-            self._publish(row, row.run_requested, producer, run_now=True)
+            self._send(tx, row, row.run_requested, producer, stacking, run_now=True)
         if not row.enabled or row.next_at > now:
             return
         spec = row_spec(row.kind, row.spec, row.interval, row.tz)
         boundary = row.next_at
+        if stacking and policy.job is not None and tx.job_live(policy.job):
+            new = spec.first_after(now, boundary)
+            count = _count(spec, boundary, now) or 1
+            if tx.skip_busy(row.name, boundary, new, count):
+                logger.info(
+                    "beat: schedule %r: previous run (job %d) still queued or running: "
+                    "skipped %d due time(s) from %s (no stacking); next at %s",
+                    row.name,
+                    policy.job,
+                    count,
+                    utc_iso(boundary),
+                    utc_iso(new),
+                )
+            return
+        catch_up = policy.catch_up or self.catch_up
+        if spec.next_after(boundary) <= now and catch_up != REPLAY:
+            self._collapse(tx, row, spec, now, producer, catch_up, stacking)
+            return
+        limit = 1 if stacking else CATCH_UP_LIMIT
         fired = 0
-        while boundary <= now and fired < CATCH_UP_LIMIT:
+        while boundary <= now and fired < limit:
             new = spec.next_after(boundary)
             if not tx.advance(row.name, boundary, new, now):
                 return  # another ticker advanced it: never fire twice
-            self._publish(row, boundary, producer)
+            self._send(tx, row, boundary, producer, stacking)
             fired += 1
             boundary = new
         if boundary <= now:
             new = spec.first_after(now, boundary)
-            if tx.skip(row.name, boundary, new):
+            n = _count(spec, boundary, now)
+            moved = (
+                tx.skip_busy(row.name, boundary, new, n or 1)
+                if stacking
+                else tx.skip(row.name, boundary, new)
+            )
+            if moved:
                 logger.warning(
                     "beat: schedule %r was %s boundaries behind: fired %d, skipped %s "
-                    "(boundaries %s to %s); next at %s",
+                    "(boundaries %s to %s%s); next at %s",
                     row.name,
-                    "many" if (n := _count(spec, boundary, now)) is None else fired + n,
+                    "many" if n is None else fired + n,
                     fired,
                     "the rest" if n is None else n,
                     utc_iso(boundary),
                     utc_iso(now),
+                    ", no stacking" if stacking else "",
                     utc_iso(new),
                 )
         elif fired > 1:
             logger.info("beat: schedule %r caught up %d missed boundaries", row.name, fired - 1)
 
-    def _publish(
-        self, row: ScheduleRow, boundary: float, producer: Any, run_now: bool = False
+    def _collapse(
+        self,
+        tx: Any,
+        row: ScheduleRow,
+        spec: Any,
+        now: float,
+        producer: Any,
+        catch_up: str,
+        stacking: bool,
     ) -> None:
-        options = dict(loads(row.options))
+        """Several boundaries are due (``once`` or ``skip``): one advance from the stored
+        boundary to the next future one, with one run (``once``: for the latest due
+        boundary) or none (``skip``)."""
+        boundary = row.next_at
+        new = spec.first_after(now, boundary)
+        n = _count(spec, boundary, now)
+        if catch_up == ONCE:
+            latest = _latest(spec, boundary, now)
+            if not tx.advance(row.name, boundary, new, now):
+                return  # another ticker advanced it: never fire twice
+            self._send(tx, row, latest, producer, stacking)
+            fired = 1
+        else:
+            if not tx.skip(row.name, boundary, new):
+                return
+            fired = 0
+        logger.warning(
+            "beat: schedule %r was %s boundaries behind (catch-up %s): fired %d, skipped %s "
+            "(boundaries %s to %s); next at %s",
+            row.name,
+            "many" if n is None else n,
+            catch_up,
+            fired,
+            "the rest" if n is None else n - fired,
+            utc_iso(boundary),
+            utc_iso(now),
+            utc_iso(new),
+        )
+
+    def _sees_jobs(self, row: ScheduleRow) -> bool:
+        """No stacking needs the jobs in this store (the broker is alkstore on it)."""
+        if self.target is not None and self.target.same_database:
+            return True
+        if row.name not in self._warned:
+            self._warned.add(row.name)
+            logger.warning(
+                "beat: schedule %r has no_stacking, but the broker is not alkstore on the "
+                "schedules' store: its runs cannot be seen, so it may stack",
+                row.name,
+            )
+        return False
+
+    def _send(
+        self,
+        tx: Any,
+        row: ScheduleRow,
+        boundary: float,
+        producer: Any,
+        stacking: bool,
+        run_now: bool = False,
+    ) -> None:
+        """Publish one run; with no stacking, record its job id (a primary-key read)."""
+        if not stacking:
+            if run_now:
+                self._publish(row, boundary, producer, run_now=True)
+            else:
+                self._publish(row, boundary, producer)
+            return
+        floor = tx.job_floor()
+        task_id = uuid.uuid4().hex
+        self._publish(row, boundary, producer, run_now=run_now, task_id=task_id)
+        job = tx.job_since(floor, task_id)
+        if job is not None:
+            tx.set_job(row.name, job)
+
+    def _publish(
+        self,
+        row: ScheduleRow,
+        boundary: float,
+        producer: Any,
+        run_now: bool = False,
+        task_id: str | None = None,
+    ) -> None:
+        options = split(loads(row.options))[0]  # the engine's alkstore_* keys stay here
+        if task_id is not None:
+            options["task_id"] = task_id
         headers = dict(options.pop("headers", None) or {})
         headers.update(
             celery_beat_task=True, alkstore_schedule=row.name, alkstore_boundary=boundary
@@ -430,3 +556,12 @@ def _count(spec: Any, boundary: float, now: float) -> int | None:
     if now - boundary > 40 * 86400:
         return None
     return len(spec.between(boundary - 1e-6, now, boundary))
+
+
+def _latest(spec: Any, boundary: float, now: float) -> float:
+    """The latest boundary at or before ``now``, from the stored ``boundary`` (a cron
+    schedule more than a day behind: looked for in the last day, else ``boundary``)."""
+    if spec.kind != KIND_CRON:
+        return spec.first_after(now, boundary) - spec.interval
+    found = spec.between(max(boundary, now - 86400) - 1e-6, now, boundary)
+    return found[-1] if found else boundary

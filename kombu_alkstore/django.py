@@ -37,6 +37,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db import transaction as django_transaction
 
 from .errors import ConfigurationError
+from .store.engines import engine_for_scheme
 from .transaction import transaction as _bind
 
 __all__ = ["DjangoConnection", "atomic", "transaction"]
@@ -58,7 +59,7 @@ class DjangoConnection:
                 "so the message could not commit or roll back with your writes. Wrap the "
                 "block in transaction.atomic() (or use kombu_alkstore.django.atomic())"
             )
-        if conn.vendor not in ("postgresql", "sqlite"):
+        if engine_for_scheme(conn.vendor) is None:  # Django's vendor names our schemes
             raise ConfigurationError(
                 f"kombu_alkstore.django.transaction(): database {self.using!r} is "
                 f"{conn.vendor}; the alkstore broker runs on PostgreSQL or SQLite"

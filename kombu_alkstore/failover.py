@@ -45,9 +45,9 @@ def install() -> None:
     ``alkstore+<driver>`` scheme an alias of this transport."""
     from kombu.transport import TRANSPORT_ALIASES
 
-    from .store.options import POSTGRES_DRIVERS, SQLITE_DRIVERS
+    from .store.engines import schemes
 
-    for driver in sorted(POSTGRES_DRIVERS | SQLITE_DRIVERS):
+    for driver in sorted(schemes()):
         TRANSPORT_ALIASES.setdefault(PREFIX + driver, "kombu_alkstore.transport:Transport")
     if Connection.switch is not _switch:
         Connection.switch = _switch  # type: ignore[method-assign]

@@ -38,7 +38,7 @@ from contextlib import ContextDecorator
 from typing import Any, TypeVar
 
 from .errors import ConfigurationError
-from .store.base import AMBIENT
+from .store.ambient import AMBIENT
 
 __all__ = ["current", "transaction"]
 

@@ -22,6 +22,7 @@ from kombu import Connection, Queue
 from kombu.asynchronous import Hub
 
 import kombu_alkstore  # noqa: F401
+from kombu_alkstore.compat.celery import release_event_loop
 
 if TYPE_CHECKING:
     from tests.conftest import Target
@@ -57,8 +58,11 @@ def thread_worker(app: Celery, **kwargs) -> Iterator[object]:
     kwargs.setdefault("perform_ping_check", False)
     kwargs.setdefault("loglevel", "WARNING")
     kwargs.setdefault("shutdown_timeout", 20)
-    with start_worker(app, **kwargs) as worker:
-        yield worker
+    try:
+        with start_worker(app, **kwargs) as worker:
+            yield worker
+    finally:
+        release_event_loop()  # Celery < 5.7: the next worker would adopt this one's loop
 
 
 def proc_env(target, record: Path, **extra: str) -> dict[str, str]:

@@ -267,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tmp)
         (workdir / f"{TASKS_MODULE}.py").write_text(TASKS_SOURCE)
         for b in brokers:
-            if "@" in b:
-                rev = b.split("@", 1)[1]
+            rev = b.split("@", 1)[1] if "@" in b else None
+            if rev is not None and rev not in cfg.revs:  # one checkout per revision
                 cfg.revs[rev] = checkout(rev, workdir / f"rev-{rev}")
         try:
             for rep in range(1, reps + 1):

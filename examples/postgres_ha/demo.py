@@ -5,8 +5,9 @@
 
 Starts a worker and two ``celery beat -S alkstore`` processes for ``proj.py`` (a task
 every second), kills the beat holding the scheduler lease with SIGKILL, and shows that
-the standby took over and that every one-second boundary was fired exactly once (missed
-boundaries are caught up). Uses its own schema (dropped at the end) and exits by itself
+the standby took over and that every one-second boundary was fired exactly once (the
+schedule's catch-up policy is ``replay``, so the boundaries missed during the takeover
+are each caught up). Uses its own schema (dropped at the end) and exits by itself
 in about 30 seconds.
 """
 

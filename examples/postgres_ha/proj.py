@@ -23,7 +23,11 @@ app = Celery(
 )
 app.conf.update(
     broker_transport_options={"schema": os.environ.get("HA_SCHEMA", "ha_demo")},
-    beat_schedule={"pulse": {"task": "proj.pulse", "schedule": timedelta(seconds=1)}},
+    # "replay": the boundaries missed while the standby takes over each run (the default
+    # policy, "once", would run them as one, as Celery's own beat does after downtime).
+    beat_schedule={
+        "pulse": {"task": "proj.pulse", "schedule": timedelta(seconds=1), "catch_up": "replay"}
+    },
     # The scheduler lease: a standby beat takes over within this many seconds.
     beat_alkstore_lease_ttl=float(os.environ.get("HA_LEASE_TTL", "10")),
     broker_connection_retry_on_startup=True,

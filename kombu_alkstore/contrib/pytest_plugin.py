@@ -148,5 +148,10 @@ def alkstore_worker(alkstore_app: Any, alkstore_worker_parameters: dict[str, Any
     """
     from celery.contrib.testing.worker import start_worker
 
-    with start_worker(alkstore_app, **alkstore_worker_parameters) as worker:
-        yield worker
+    from kombu_alkstore.compat.celery import release_event_loop
+
+    try:
+        with start_worker(alkstore_app, **alkstore_worker_parameters) as worker:
+            yield worker
+    finally:
+        release_event_loop()  # the next test's worker builds its own loop and timer

@@ -1,8 +1,10 @@
 """One round of maintenance at a time across every worker of a store.
 
-Each worker's transport calls :meth:`Maintenance.run` (or :meth:`Maintenance.send`, on a
-claims session) every ``sweep_interval``. The round first takes or renews the lease
-:data:`LEASE`; only its holder runs the jobs (:data:`~..store.base.MAINTENANCE_JOBS`, by
+Each worker's transport takes the lease every ``sweep_interval`` (in an event loop on its
+claims connection, else from its housekeeping thread); the holder's round runs on a pooled
+connection from the housekeeping thread (:meth:`Maintenance.round`), never on the claims
+connection, whose heartbeats a slow round would hold back. The round first takes or renews the lease
+:data:`LEASE`; only its holder runs the jobs (:data:`~..store.values.MAINTENANCE_JOBS`, by
 :meth:`Store.maintain_round`: one statement on PostgreSQL). A holder renews it each round;
 when it dies the lease lapses after ``LEASE_ROUNDS`` intervals and the next worker's round
 takes it. Every job is idempotent, so a round run twice (a lease lapsing mid-round) does
@@ -14,9 +16,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
-from collections.abc import Callable
-from typing import Any
 
 from ..store import MaintenanceResult, Store
 
@@ -26,8 +27,8 @@ logger = logging.getLogger("kombu_alkstore")
 LEASE = "alkstore.maintenance"
 #: The lease lasts this many intervals: a holder that missed one round keeps it.
 LEASE_ROUNDS = 2.5
-
-Done = Callable[[list[MaintenanceResult] | BaseException | None], None]
+#: Seconds between two deletions of expired Celery results by the lease holder.
+RESULTS_INTERVAL = 300.0
 
 
 class Maintenance:
@@ -40,6 +41,8 @@ class Maintenance:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         #: This owner took the lease at least once (only then is there one to release).
         self.held = False
+        #: When the holder next deletes expired results (monotonic clock).
+        self._results_due = 0.0
 
     def run(self, store: Store) -> list[MaintenanceResult] | None:
         """One round, blocking: the jobs' results, or None when another worker holds the
@@ -47,24 +50,26 @@ class Maintenance:
         if not store.lease_acquire(LEASE, self.owner, self.ttl):
             return None
         self.held = True
-        return report(store.maintain_round())
+        return self.round(store)
 
-    def send(self, session: Any, done: Done) -> None:
-        """One round on a claims session, without waiting: ``done`` gets the results,
-        None (not the holder) or the exception."""
+    def round(self, store: Store) -> list[MaintenanceResult]:
+        """The jobs, blocking, for a caller that holds the lease (an event loop took it on
+        its claims connection and left the round, which may be slow, to a pooled one)."""
+        done = report(store.maintain_until_done(self.ttl / 2))
+        self._expire_results(store)
+        return done
 
-        def leased(held: bool | BaseException) -> None:
-            if isinstance(held, BaseException) or not held:
-                done(held if isinstance(held, BaseException) else None)
-                return
-            self.held = True
-
-            def ran(results: list[MaintenanceResult] | BaseException) -> None:
-                done(results if isinstance(results, BaseException) else report(results))
-
-            session.maintain_round(ran)
-
-        session.lease_acquire(LEASE, self.owner, self.ttl, leased)
+    def _expire_results(self, store: Store) -> None:
+        """The result backend's expired results and chords (kombu_alkstore.results),
+        deleted by the holder at most every :data:`RESULTS_INTERVAL` (reads never return
+        them meanwhile): one statement on PostgreSQL."""
+        now = time.monotonic()
+        if now < self._results_due:
+            return
+        self._results_due = now + RESULTS_INTERVAL
+        gone = store.results().cleanup()
+        if gone.results or gone.chords:
+            logger.info("alkstore maintenance: results %d, chords %d", gone.results, gone.chords)
 
     def release(self, store: Store) -> None:
         """Give the lease up (a clean close): the next worker's round takes it at once.

@@ -9,26 +9,24 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from ..errors import SchemaMissing, StoreUnavailable
-from .base import (
-    AMBIENT,
+from ..errors import StoreUnavailable
+from .ambient import AMBIENT, bound_connection, unbound
+from .claims import ClaimSession
+from .engines import engines
+from .interface import Store
+from .options import StoreOptions, StoreURL, parse_store_url
+from .schedules import ScheduleRow
+from .values import (
     MAINTENANCE_JOBS,
     Capabilities,
-    ClaimSession,
     Delivery,
     Job,
     MaintenanceResult,
     NewJob,
     QueueCounts,
-    ScheduleRow,
-    Store,
     SweepResult,
-    Waiter,
-    Wakeup,
-    bound_connection,
-    unbound,
 )
-from .options import StoreOptions, StoreURL, parse_store_url
+from .waiter import Waiter, Wakeup
 
 __all__ = [
     "AMBIENT",
@@ -70,33 +68,17 @@ def open_store(url: str | URL | StoreURL, options: StoreOptions | None = None, *
     """
     parsed = url if isinstance(url, StoreURL) else parse_store_url(url)
     opts = options or StoreOptions.from_mapping(kw)
-    if parsed.engine == "sqlite" and not opts.setup and not os.path.exists(parsed.path or ""):
-        # Opening it would create an empty file where the path was mistyped.
-        raise SchemaMissing(
-            f"the alkstore tables are missing in {parsed.path!r} (prefix "
-            f"{opts.schema!r}): that SQLite database does not exist; check the path, or "
-            "create it with `kombu-alkstore setup`"
-        )
+    store_class = parsed.description.store_class()
     with unbound():  # setup never joins a caller's transaction
-        if parsed.engine == "postgresql":
-            from .postgres import PostgresStore
-
-            store: Store = PostgresStore(parsed, opts)
-        else:
-            from .sqlite import SQLiteStore
-
-            store = SQLiteStore(parsed, opts)
+        store = store_class(parsed, opts)
     _opened.add(store)
     return store
 
 
 def _engine_errors(attr: str) -> tuple[type[BaseException], ...]:
-    from .postgres import PostgresStore
-    from .sqlite import SQLiteStore
-
     found: dict[type[BaseException], None] = {StoreUnavailable: None}
-    for engine in (PostgresStore, SQLiteStore):
-        found.update(dict.fromkeys(getattr(engine, attr)))
+    for engine in engines():
+        found.update(dict.fromkeys(getattr(engine.store_class(), attr)))
     return tuple(found)
 
 
@@ -120,9 +102,8 @@ def close_all_stores() -> int:
     for store in stores:
         store.close()
     _opened.clear()
-    from .postgres import close_all_waiters
-
-    close_all_waiters()
+    for engine in engines():
+        engine.close_all()
     return len(stores)
 
 

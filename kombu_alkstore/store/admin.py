@@ -1,11 +1,13 @@
 """Value types of the store's dashboard reads, and the per-process rate tally.
 
 The dashboard (``kombu_alkstore.web``) reads the store only through :class:`Store`
-methods returning these types; the SQL behind them is in each engine's ``_SQL`` dict.
+methods returning these types (:mod:`.reads`); the SQL behind them is named statements
+in each engine's ``queries.sql``.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -96,13 +98,22 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+@atexit.register
+def _flush_at_exit() -> None:
+    """A process that exits without closing its connections (a script that publishes and
+    returns) still writes its counts; only a killed one loses the last interval's."""
+    for tally in list(_TALLIES):
+        tally.flush()
+
+
 class RateTally:
     """Publishes and acks counted per queue and minute in this process (a dict update per
     message), written to the ``rates`` table by a daemon thread every ``interval`` seconds
     (one statement per flush, none while nothing happens) and at close.
 
-    Counts of the last interval are lost if the process is killed; counts of a publish
-    inside a caller's transaction are kept even if it rolls back.
+    Written at exit too (``atexit``): counts of the last interval are lost only if the
+    process is killed; counts of a publish inside a caller's transaction are kept even if
+    it rolls back.
     """
 
     interval = 5.0

@@ -29,16 +29,15 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from .engines import engines
 from .sqlfile import SQLFileError, parse_blocks, render
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
-#: Each engine's migrations, by engine name (``Store.engine``).
-ENGINE_PACKAGES = {
-    "postgresql": "kombu_alkstore.store.postgres.migrations",
-    "sqlite": "kombu_alkstore.store.sqlite.migrations",
-}
+#: Each engine's migrations package, by engine name (``Store.engine``), as each engine
+#: package describes itself (:attr:`.engines.Engine.migrations`).
+ENGINE_PACKAGES = {engine.name: engine.migrations for engine in engines()}
 
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 # ``ALTER TABLE {table} ADD COLUMN [IF NOT EXISTS] column``, as written in a migration.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, fields
 from typing import Any
@@ -11,14 +12,12 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from ..errors import ConfigurationError
+from .engines import Engine, engine_for_scheme, engine_named, engines, titles
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")
 #: Longest queue/exchange/routing-key/schedule name accepted, in UTF-8 bytes (an index
 #: entry on PostgreSQL holds at most about 2,700 bytes).
 MAX_NAME_LENGTH = 1024
-
-POSTGRES_DRIVERS = {"postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2"}
-SQLITE_DRIVERS = {"sqlite", "sqlite+pysqlite"}
 
 
 @dataclass(frozen=True)
@@ -34,6 +33,10 @@ class StoreOptions:
     #: live consumers refresh their queues on the (≤ 60 s) sweep timer, so a shorter
     #: expiry alone would drop the queues of running workers.
     queue_expiry_grace: float = 120.0
+    #: The most rows one maintenance job deletes from a table in one run (one statement
+    #: holds its locks and its WAL that long); a job that hit it runs again at once, in
+    #: the same round, until it deletes fewer.
+    maintenance_batch: int = 10_000
     #: PostgreSQL: publishes wait for the WAL flush. Off: ``synchronous_commit=off`` for
     #: publishes too, faster, but a database crash may lose the last moments of publishes.
     durable_publish: bool = True
@@ -67,12 +70,13 @@ class StoreOptions:
         validate_identifier(self.schema, "schema")
         if self.listen_url:
             try:
-                engine = parse_store_url(self.listen_url).engine
+                listens = parse_store_url(self.listen_url).description.listen_url
             except ConfigurationError:
-                engine = None
-            if engine != "postgresql":
+                listens = False
+            if not listens:
                 raise ConfigurationError(
-                    f"option listen_url must be a PostgreSQL URL, got {self.listen_url!r}"
+                    f"option listen_url must be a {titles(lambda e: e.listen_url)} URL, "
+                    f"got {self.listen_url!r}"
                 )
         _positive(self.visibility_timeout, "visibility_timeout")
         _positive(self.backoff_base, "backoff_base")
@@ -88,6 +92,10 @@ class StoreOptions:
         if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
             raise ConfigurationError(
                 f"option max_attempts must be an integer >= 1, got {self.max_attempts!r}"
+            )
+        if not isinstance(self.maintenance_batch, int) or self.maintenance_batch < 1:
+            raise ConfigurationError(
+                f"option maintenance_batch must be an integer >= 1, got {self.maintenance_batch!r}"
             )
         if not isinstance(self.pool_max_size, int) or self.pool_max_size < 1:
             raise ConfigurationError(
@@ -209,18 +217,32 @@ _PARAM_NAMES = {
 class StoreURL:
     """A parsed database URL: which engine, and how to reach it."""
 
-    engine: str  # "postgresql" or "sqlite"
+    engine: str  # the engine's name: "postgresql" or "sqlite" (for display)
     url: URL
 
     @property
-    def conninfo(self) -> str:
-        """PostgreSQL: a libpq connection string (password included) for psycopg.
+    def description(self) -> Engine:
+        """The engine serving this URL, as its package describes it (see :mod:`.engines`)."""
+        return engine_named(self.engine)
 
-        Several hosts (``postgresql://u@h1:5432,h2:5432/db`` or SQLAlchemy's
+    @property
+    def conninfo(self) -> str:
+        """The driver's connection string (password included). PostgreSQL: libpq's, for
+        psycopg; several hosts (``postgresql://u@h1:5432,h2:5432/db`` or SQLAlchemy's
         ``?host=h1:5432&host=h2:5432``) become libpq's comma-separated ``host`` and
         ``port`` lists, so ``target_session_attrs=read-write`` fails over between them.
         """
-        return postgres_conninfo(self.url)
+        return self.description.conninfo(self.url)
+
+    def same_database(self, other: StoreURL) -> bool:
+        """Whether ``other`` reaches the same database: the same engine and, for a file
+        engine, the same file (by real path), otherwise the same URL."""
+        if self.description is not other.description:
+            return False
+        if self.description.file:
+            return os.path.realpath(self.path) == os.path.realpath(other.path)
+        mine, theirs = (u.url.render_as_string(hide_password=False) for u in (self, other))
+        return mine == theirs
 
     @property
     def path(self) -> str:
@@ -243,40 +265,6 @@ def _hosts_to_query(url: str) -> str:
     return f"{scheme}{auth + '@' if auth is not None else ''}{path or '/'}?{query}"
 
 
-def postgres_conninfo(url: URL) -> str:
-    """The libpq connection string for a PostgreSQL ``url`` (see ``StoreURL.conninfo``)."""
-    from psycopg.conninfo import make_conninfo
-
-    params: dict[str, Any] = {}
-    hosts = url.query.get("host")
-    if hosts is not None:
-        hosts = hosts if isinstance(hosts, tuple) else (hosts,)
-        names, ports = [], []
-        for entry in hosts:
-            name, _, port = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
-            names.append(name or entry)
-            ports.append(port)
-        params["host"] = ",".join(names)
-        if any(ports):
-            params["port"] = ",".join(p or str(url.port or 5432) for p in ports)
-    elif url.host:
-        params["host"] = url.host
-    if url.port and "port" not in params:
-        params["port"] = str(url.port)
-    if url.username:
-        params["user"] = url.username
-    if url.password is not None:
-        params["password"] = str(url.password)
-    if url.database:
-        params["dbname"] = url.database
-    for key, value in url.query.items():
-        if key != "host":
-            params[key] = value[-1] if isinstance(value, tuple) else value
-    # Names our connections in pg_stat_activity (operators count them by it).
-    params.setdefault("application_name", "kombu-alkstore")
-    return make_conninfo("", **params)
-
-
 def parse_store_url(url: str | URL) -> StoreURL:
     """Parse ``postgresql://…`` or ``sqlite:///file.db`` (SQLAlchemy URL syntax; several
     PostgreSQL hosts as libpq writes them, ``postgresql://u@h1:5432,h2:5432/db``)."""
@@ -287,57 +275,12 @@ def parse_store_url(url: str | URL) -> StoreURL:
     except (ArgumentError, ValueError, TypeError) as exc:
         raise ConfigurationError(f"bad database URL {str(url)!r}: {exc}") from None
     driver = parsed.drivername
-    if driver in POSTGRES_DRIVERS:
-        _check_postgres_query(parsed)
-        return StoreURL("postgresql", parsed)
-    if driver in SQLITE_DRIVERS:
-        if parsed.query:
-            raise ConfigurationError(
-                f"bad database URL {parsed.render_as_string()!r}: SQLite takes no query "
-                f"parameters, got {', '.join(sorted(parsed.query))} (set options such as "
-                "busy_timeout in broker_transport_options)"
-            )
-        if not parsed.database or parsed.database == ":memory:":
-            raise ConfigurationError(
-                f"bad database URL {str(url)!r}: SQLite needs a file (sqlite:///path.db); "
-                "an in-memory database cannot be shared by a worker and its clients"
-            )
-        return StoreURL("sqlite", parsed)
-    raise ConfigurationError(
-        f"bad database URL {parsed.render_as_string()!r}: unsupported scheme {driver!r} "
-        "(use postgresql://… or sqlite:///…)"
-    )
-
-
-#: libpq connection parameters whose value must be an integer (a bad one is refused at
-#: start, not retried as a connection error forever).
-_PG_INTEGER_PARAMS = frozenset(
-    {
-        "connect_timeout",
-        "port",
-        "keepalives",
-        "keepalives_idle",
-        "keepalives_interval",
-        "keepalives_count",
-        "tcp_user_timeout",
-    }
-)
-
-
-def _check_postgres_query(url: URL) -> None:
-    """Refuse, naming it, a query parameter libpq does not know or a malformed number."""
-    from psycopg import conninfo
-
-    for key, value in url.query.items():
-        values = value if isinstance(value, tuple) else (value,)
-        if key in _PG_INTEGER_PARAMS and not all(re.fullmatch(r"-?\d+", v) for v in values):
-            raise ConfigurationError(
-                f"bad database URL {url.render_as_string()!r}: {key} must be an integer, "
-                f"got {value!r}"
-            )
-    try:
-        conninfo.conninfo_to_dict(postgres_conninfo(url))
-    except Exception as exc:  # psycopg.ProgrammingError: libpq's own words
+    engine = engine_for_scheme(driver)
+    if engine is None:
+        suggested = " or ".join(e.example for e in engines())
         raise ConfigurationError(
-            f"bad database URL {url.render_as_string()!r}: {str(exc).strip()}"
-        ) from None
+            f"bad database URL {parsed.render_as_string()!r}: unsupported scheme {driver!r} "
+            f"(use {suggested})"
+        )
+    engine.check_url(parsed, url)
+    return StoreURL(engine.name, parsed)

@@ -9,20 +9,22 @@ describes a column. PostgreSQL keeps the tables in an engine-owned schema
 
 from __future__ import annotations
 
-import re
-import sqlite3
 from dataclasses import dataclass, fields
 
 from ..errors import SchemaMissing
-from .migrate import ENGINE_PACKAGES, LATEST, Migrations
+from .engines import engine_named
+from .migrate import LATEST, Migrations
 from .options import validate_identifier
 
 #: The newest schema version, stored in the ``meta`` table: the number of the newest
 #: migration file (the same on every engine). 1: the queue tables; 2: the waiters table
 #: (hand-off to idle consumers); 3: offers (one per channel, its slots shared by its
 #: queues) instead of waiters; paused_queues, rates and the dead_died index (the
-#: dashboard); the beat's schedule columns; jobs.revoked_at.
-SCHEMA_VERSION = LATEST["postgresql"]
+#: dashboard); the beat's schedule columns; jobs.revoked_at; 4: the result backend's
+#: results, chords and chord_parts (kombu_alkstore.results); 5: revokes (a table of
+#: their own, so that recording one locks no job row); 6: jobs.unique_key,
+#: jobs.unique_claimed and the partial unique index jobs_unique (unique tasks).
+SCHEMA_VERSION = max(LATEST.values())
 if set(LATEST.values()) != {SCHEMA_VERSION}:  # a packaging defect
     raise RuntimeError(f"the engines' migrations end at different versions: {LATEST}")
 
@@ -56,6 +58,10 @@ class Tables:
     offers: Table
     paused_queues: Table
     rates: Table
+    results: Table
+    chords: Table
+    chord_parts: Table
+    revokes: Table
 
     def all(self) -> tuple[Table, ...]:
         return tuple(getattr(self, f.name) for f in fields(self))
@@ -72,13 +78,13 @@ class Tables:
 
 
 def _table(schema: str, engine: str, key: str) -> Table:
-    if engine == "postgresql":
+    if engine_named(engine).schemas:
         return Table(key, key, schema)
     return Table(key, f"{schema}_{key}")
 
 
 def build_tables(schema: str, engine: str) -> Tables:
-    """The tables for ``schema`` on ``engine`` ("postgresql" or "sqlite")."""
+    """The tables for ``schema`` on the engine named ``engine`` ("postgresql" or "sqlite")."""
     validate_identifier(schema, "schema")
     return Tables(**{f.name: _table(schema, engine, f.name) for f in fields(Tables)})
 
@@ -92,14 +98,14 @@ def migration_names(schema: str, engine: str) -> dict[str, str]:
     for key in RETIRED_TABLES:
         names[key] = tables.qualified(_table(schema, engine, key))
     names["schema"] = f'"{schema}"'
-    names["prefix"] = "" if engine == "postgresql" else f"{schema}_"
+    names["prefix"] = "" if engine_named(engine).schemas else f"{schema}_"
     return names
 
 
 def migrations(schema: str, engine: str) -> Migrations:
     """``engine``'s migrations rendered for ``schema``: what its setup applies."""
     validate_identifier(schema, "schema")
-    return Migrations(ENGINE_PACKAGES[engine], migration_names(schema, engine))
+    return Migrations(engine_named(engine).migrations, migration_names(schema, engine))
 
 
 def require_current(stored: int | None, where: str) -> None:
@@ -129,70 +135,23 @@ def ddl_statements(
     Printed by ``kombu-alkstore setup --print`` so a deployment whose runtime role may
     not create tables can apply it and connect with ``setup=False``.
 
-    PostgreSQL: every migration in order (each is idempotent: ``IF NOT EXISTS``
-    throughout, ``ADD COLUMN IF NOT EXISTS``), then the version. SQLite, whose
-    ``ADD COLUMN`` cannot be made idempotent: the migrations' final layout (each table
-    and index as ``CREATE … IF NOT EXISTS``, read back from an in-memory database the
-    migrations were run on), their other statements as written (``DROP … IF EXISTS``,
-    ``INSERT … ON CONFLICT DO NOTHING``: they must be idempotent and valid on the final
-    layout; a future SQLite table rebuild, ``CREATE``/copy/``DROP``/``RENAME``, would need
-    this revisited), and the version, stamped only where every added column exists, so
-    a file the script could not upgrade keeps its version and ``setup=False`` still
-    refuses it until ``kombu-alkstore setup`` ran (as before migrations). With
-    ``existing`` (stored table name -> its columns, read by the caller under its write
-    lock), the columns those tables lack are added too and the version is stamped.
+    Each engine writes its own (see :attr:`.engines.Engine.script`). PostgreSQL: every
+    migration in order (each is idempotent), then the version. SQLite, whose ``ADD
+    COLUMN`` cannot be made idempotent: the migrations' final layout, their other
+    statements, and the version where every added column exists
+    (``store/sqlite/script.py``); with ``existing`` (stored table name -> its columns,
+    read by the caller under its write lock), the columns those tables lack are added
+    too and the version is stamped.
 
     (An engine's setup should rather call ``migrations(...).apply`` under its lock: see
     :mod:`.migrate`. This script is what it replaces, kept for the printed form.)
     """
     found = migrations(schema, engine)
-    if engine == "postgresql":
-        out = [stmt for m in found.migrations for stmt in m.statements]
-        out.append(found.record(found.latest))
-        return out
-    return _sqlite_script(found, schema, existing)
 
+    def stored_name(key: str) -> str:
+        return _table(schema, engine, key).name
 
-_CREATE = re.compile(r"^CREATE (TABLE|INDEX|UNIQUE INDEX) ", re.IGNORECASE)
-_LAYOUT = re.compile(r"^\s*(CREATE|ALTER)\b", re.IGNORECASE)
-
-
-def _sqlite_layout(found: Migrations) -> tuple[list[str], list[str]]:
-    """``(tables, indexes)``: the final layout as ``CREATE … IF NOT EXISTS`` statements."""
-    db = sqlite3.connect(":memory:")
-    try:
-        for m in found.migrations:
-            for stmt in m.statements:
-                db.execute(stmt)
-        layout = db.execute(found.runner_statement("sqlite_layout")).fetchall()
-    finally:
-        db.close()
-    tables = [
-        _CREATE.sub(r"CREATE \1 IF NOT EXISTS ", sql, count=1) for t, sql in layout if t == "table"
-    ]
-    indexes = [
-        _CREATE.sub(r"CREATE \1 IF NOT EXISTS ", sql, count=1) for t, sql in layout if t == "index"
-    ]
-    return tables, indexes
-
-
-def _sqlite_script(
-    found: Migrations, schema: str, existing: dict[str, set[str]] | None
-) -> list[str]:
-    tables, indexes = _sqlite_layout(found)
-    added = [
-        (m.statements[i], _table(schema, "sqlite", table).name, column)
-        for m in found.migrations
-        for i, table, column in m.added_columns
-    ]
-    # DROP … IF EXISTS, INSERT … ON CONFLICT DO NOTHING: as written, in order.
-    rest = [stmt for m in found.migrations for stmt in m.statements if not _LAYOUT.match(stmt)]
-    if existing is None:
-        complete = " AND ".join(found.column_exists(t, c) for _, t, c in added) or "1"
-        return [*tables, *indexes, *rest, found.record(found.latest, complete)]
-    # A table not there before was just created with every column: it is left out.
-    alters = [stmt for stmt, t, c in added if t in existing and c not in existing[t]]
-    return [*tables, *alters, *indexes, *rest, found.record(found.latest)]
+    return engine_named(engine).script(found, existing, stored_name)
 
 
 def ddl_script(schema: str, engine: str) -> str:

@@ -19,6 +19,7 @@ from ..store import Delivery
 from . import reasons, revokes
 from .envelope import to_job, to_message
 from .held import hand_back, tag_of
+from .late import still_claimed
 
 logger = logging.getLogger("kombu_alkstore")
 
@@ -86,10 +87,14 @@ class Channel(virtual.Channel):
         self.held = connection.held
         self.acks = connection.acks
         self._no_ack_queues: set[str] = set()
-        #: A claim sent without waiting (``request_claim``) is not answered yet.
+        #: A claim sent without waiting (``ClaimScheduler.request_claim``) is not answered yet.
         self.claiming = False
         #: A wake-up came while it was in flight: claim again once it is answered.
-        self._claim_again = False
+        self.claim_again = False
+        #: Outside an event loop (``drain_events``): the rest of a claimed batch, held
+        #: and delivered one per call before this channel claims again.
+        self._undelivered: deque[Delivery] = deque()
+        self._undelivered_read_at = 0.0
 
     # ----------------------------------------------------------------- publish
     def _put(self, queue: str, message: dict, **kwargs: Any) -> None:
@@ -160,6 +165,8 @@ class Channel(virtual.Channel):
                 # shortest x-expires waits that long), as RabbitMQ drops it when its
                 # consumer goes (a killed one included).
                 self.store.queue_declare(queue, message_ttl=ttl, expires=1.0)
+                self.connection.declarations.declared(queue, ttl, 1.0)
+        self.connection.declarations.bound(queue, exchange, routing_key)
         self.connection.routing.invalidate()
 
     def queue_bind(
@@ -183,6 +190,7 @@ class Channel(virtual.Channel):
     ) -> None:
         with self._declaring():
             self.store.unbind(exchange or "amq.direct", routing_key, queue)
+        self.connection.declarations.unbound(queue, exchange or "amq.direct", routing_key)
         self.connection.routing.invalidate()
 
     # ------------------------------------------------------------------ queues
@@ -202,13 +210,12 @@ class Channel(virtual.Channel):
         now = time.monotonic()
         if now - declared.get(key, -1e9) < DECLARE_CACHE_SECONDS:
             return
+        message_ttl = ttl / 1000.0 if ttl is not None else None
+        expires_s = expires / 1000.0 if expires is not None else None
         with self._declaring():
-            self.store.queue_declare(
-                queue,
-                message_ttl=ttl / 1000.0 if ttl is not None else None,
-                expires=expires / 1000.0 if expires is not None else None,
-            )
+            self.store.queue_declare(queue, message_ttl=message_ttl, expires=expires_s)
         declared[key] = now
+        self.connection.declarations.declared(queue, message_ttl, expires_s)
 
     def _declaring(self) -> contextlib.AbstractContextManager:
         """Declarations commit on their own, not with a caller's transaction (a rolled
@@ -237,7 +244,12 @@ class Channel(virtual.Channel):
         with self._declaring():
             self.store.queue_delete(queue)
         self.connection.declared.clear()
+        self.connection.declarations.deleted(queue)
         self.connection.routing.invalidate()
+
+    def close(self) -> None:
+        self.hand_back_undelivered()
+        super().close()
 
     # ----------------------------------------------------------------- consume
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
@@ -250,6 +262,7 @@ class Channel(virtual.Channel):
     def basic_cancel(self, consumer_tag: str) -> Any:
         queue = self._tag_to_queue.get(consumer_tag)
         if queue is not None:
+            self.hand_back_undelivered(queue)
             self._no_ack_queues.discard(queue)
         try:
             return super().basic_cancel(consumer_tag)
@@ -259,7 +272,7 @@ class Channel(virtual.Channel):
 
     def free_slots(self) -> int:
         """Prefetch slots free now (capped like a claim's batch)."""
-        return self._batch_size() if self.qos.can_consume() else 0
+        return self.batch_size() if self.qos.can_consume() else 0
 
     def wants_batch(self) -> bool:
         """Enough free prefetch slots to make a claim worth a round trip (half of them),
@@ -270,75 +283,60 @@ class Channel(virtual.Channel):
         free = qos.prefetch_count - (len(qos._delivered) - len(qos._dirty))
         return free >= max(1, qos.prefetch_count // 2)
 
-    def _batch_size(self) -> int:
+    def batch_size(self) -> int:
+        """How many jobs one claim of this channel takes: its free prefetch slots as
+        kombu's QoS estimates them, capped by ``prefetch_max``."""
         cap = self.connection.options.prefetch_max
         estimate = self.qos.can_consume_max_estimate()
         return cap if estimate is None else max(1, min(estimate, cap))
 
-    def _get_many(self, queues: list[str], timeout: float | None = None) -> None:
-        """Claim one batch (sized by the channel's QoS) across ``queues`` and deliver it."""
-        limit = self._batch_size()
-        deliveries = self.store.claim(list(dict.fromkeys(queues)), limit)
-        if not deliveries:
-            raise virtual.Empty()
-        self.connection.on_batch(self, len(deliveries) >= limit)
-        self._dispatch(deliveries)
-
-    def request_claim(self, claims: Any) -> None:
-        """Send one claim (sized by QoS) without waiting; deliver when it is answered.
-        One claim at a time per channel, so the batch never exceeds the free slots."""
-        if self.claiming:
-            # The job that woke us may have committed after the claim in flight looked.
-            self._claim_again = True
-            return
-        if not self._active_queues:
-            return
-        self.connection.handoff.before_claim(self)
-        limit = self._batch_size()
-        self.claiming = True
-        try:
-            claims.claim(
-                self._active_queues, limit, lambda got, more: self._on_claimed(got, more, limit)
-            )
-        except BaseException:
-            self.claiming = False
-            raise
-
-    def _on_claimed(self, got: list[Delivery] | BaseException, more: bool, limit: int) -> None:
-        self.claiming = False
-        again, self._claim_again = self._claim_again, False
-        if isinstance(got, BaseException):
-            raise got
-        if self.connection is None:  # answered after the channel closed: hand them back
-            hand_back(self.store, got)
-            return
-        # The consumer may have gone while the claim was in flight: hand those back.
-        consumed = set() if self.closed else set(self._active_queues)
-        gone = [d for d in got if d.queue not in consumed]
-        if gone:
-            self.connection.hand_back(gone)
-        full = more or again or len(got) >= limit
-        self.connection.on_batch(self, full)
-        if len(gone) < len(got):
-            self._dispatch([d for d in got if d.queue in consumed])
-        self.connection.handoff.claimed(self, full)
-        self.connection.quiet.claimed(self, full)  # after the batch is in the QoS
-
-    def _dispatch(self, deliveries: list[Delivery]) -> None:
-        live = self.connection.still_claimed(deliveries, self._no_ack_queues)
-        if len(live) < len(deliveries):  # the lapsed are claimable again: not ours to hold
-            kept = {d.id for d in live}
-            self.unhold(d for d in deliveries if d.id not in kept)
-        deliveries = live
+    def deliver(self, deliveries: list[Delivery], at_most: int | None = None) -> None:
+        """Deliver jobs claimed for this channel (by a claim, or handed off), in order:
+        all, or ``at_most`` with the rest kept for :meth:`deliver_undelivered`. No-ack
+        ones are acked first; the others are held (so heartbeated) before the first is
+        delivered. The caller dropped those whose claims lapsed (``late.still_claimed``)."""
         no_ack = [d for d in deliveries if d.queue in self._no_ack_queues]
         if no_ack:
             self.store.ack(no_ack)
         self.hold(deliveries)
-        pending = deque(deliveries)
-        read_at = time.monotonic()  # the claim just read the revoke marks
+        # the claim just read the revoke marks
+        self._deliver_held(deque(deliveries), time.monotonic(), at_most)
+
+    def deliver_undelivered(self) -> bool:
+        """Deliver the next message kept from a claimed batch (``deliver(at_most=...)``); True
+        if one was. One whose claim was lost meanwhile (a failed heartbeat dropped it
+        from ``held``, or it lapsed: see ``late.still_claimed``) is skipped."""
+        while self._undelivered:
+            d = self._undelivered.popleft()
+            if d.queue not in self._no_ack_queues and tag_of(d) not in self.held:
+                continue
+            live, _ = still_claimed(self.connection.link, [d], self._no_ack_queues)
+            if not live:  # its queue is claimed from again when this finds nothing
+                self.unhold([d])
+                continue
+            rest, self._undelivered = self._undelivered, deque()
+            rest.appendleft(live[0])
+            self._deliver_held(rest, self._undelivered_read_at, 1)
+            return True
+        return False
+
+    def _deliver_held(self, pending: deque[Delivery], read_at: float, at_most: int | None) -> None:
+        """The one delivery loop (claims and hand-offs): deliver held claims in order,
+        all, or ``at_most`` with the rest kept in ``_undelivered`` (still held, so
+        heartbeated). One this channel cannot take now (closed, its queue no longer
+        consumed, no free slot: a consumer cancelled or the prefetch shrank while
+        earlier ones ran) goes back with its attempt refunded. A callback that raises:
+        the rest go back untouched."""
+        delivered = 0
+        refused: list[Delivery] = []
         try:
-            while pending:
+            while pending and (at_most is None or delivered < at_most):
                 d = pending.popleft()
+                if not self._can_take(d):
+                    self.unhold([d])
+                    if d.queue not in self._no_ack_queues:  # no-ack ones were acked
+                        refused.append(d)
+                    continue
                 tag = tag_of(d)
                 message = self._decode_row(d)
                 if message is None:
@@ -348,16 +346,50 @@ class Channel(virtual.Channel):
                     revokes.tell_worker(d.msg_id)
                 try:
                     self.connection._deliver(message, d.queue)
+                    delivered += 1
                 except Exception as exc:
                     # The consumer could not take it (e.g. a task body Celery cannot
                     # parse): dead-letter it rather than crash the worker on it forever.
                     self._refuse(d, tag, exc)
                 read_at = revokes.recheck_if_stale(self.store, read_at, pending)
-        finally:
+        except BaseException:
             self.unhold(pending)
-            rest = [d for d in pending if d.queue not in self._no_ack_queues]
-            if rest:  # a callback raised mid-batch: hand the rest back untouched
-                self.store.release(rest)
+            refused += [d for d in pending if d.queue not in self._no_ack_queues]
+            raise
+        finally:
+            if refused:  # a callback raised mid-batch, or not takeable: back untouched
+                self.hand_back(refused)
+        if pending:  # only with at_most
+            self._undelivered.extend(pending)
+            self._undelivered_read_at = read_at
+
+    def _can_take(self, d: Delivery) -> bool:
+        """Whether this channel can take ``d`` now: open, still consuming its queue,
+        and (unless no-ack) with a free prefetch slot."""
+        if self.closed or self.connection is None or d.queue not in self._active_queues:
+            return False
+        return d.queue in self._no_ack_queues or self.qos.can_consume()
+
+    def hand_back_undelivered(self, queue: str | None = None) -> None:
+        """The claims kept undelivered (of ``queue``, or all) go back, attempts refunded:
+        at close, or when their consumer is cancelled. No-ack ones were acked at their
+        claim and are dropped, as a broker's prefetched no-ack messages are."""
+        kept = [d for d in self._undelivered if queue is None or d.queue == queue]
+        if not kept:
+            return
+        self._undelivered = deque(d for d in self._undelivered if d not in kept)
+        self.unhold(kept)
+        rest = [d for d in kept if d.queue not in self._no_ack_queues]
+        if rest and self.connection is not None and not self.connection.lost:
+            self.connection.link.hand_back(rest)
+
+    def hand_back(self, deliveries: list[Delivery]) -> None:
+        """Claimed, undelivered jobs back to pending: through the connection (its one
+        hand-back) while there is one, else on the store at once."""
+        if self.connection is not None:
+            self.connection.link.hand_back(deliveries)
+        else:
+            hand_back(self.store, deliveries)
 
     def hold(self, deliveries: list[Delivery]) -> None:
         """Hold (so heartbeat) claims about to be delivered, all of them before the first
@@ -387,7 +419,7 @@ class Channel(virtual.Channel):
     def _decode_row(self, d: Delivery) -> dict | None:
         """The kombu message for a row; a row that is not one is dead-lettered."""
         try:
-            message = to_message(d)
+            message = to_message(d, self.store.clock_offset)
             if message["properties"].get("body_encoding") == "base64":
                 base64.b64decode(message.get("body") or b"", validate=True)
             return message
@@ -434,7 +466,7 @@ class Channel(virtual.Channel):
     def _release(self, tags: list[str]) -> list:
         held = [d for d in (self.held.pop(t, None) for t in tags) if d is not None]
         if held:
-            hand_back(self.store, held)
+            self.hand_back(held)
         return []
 
     def _restore(self, message: Any) -> None:

@@ -15,14 +15,13 @@ with its attempt refunded, never dropped.
 from __future__ import annotations
 
 import logging
-import time
 import weakref
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 from ..store import Delivery, Wakeup
-from . import revokes
+from .late import still_claimed
+from .link import Link
 
 logger = logging.getLogger("kombu_alkstore")
 
@@ -41,10 +40,10 @@ class Offer:
 class Handoff:
     """The offers of one kombu connection's channels, and the jobs handed to them."""
 
-    def __init__(self, transport: Any) -> None:
-        self.transport = transport
+    def __init__(self, link: Link, enabled: bool) -> None:
+        self.link = link
         #: Turned off when the offers cannot be made (e.g. tables older than hand-off).
-        self.enabled: bool = transport.options.handoff
+        self.enabled = enabled
         self._offers: weakref.WeakKeyDictionary[Any, Offer] = weakref.WeakKeyDictionary()
 
     def _offer(self, channel: Any) -> Offer:
@@ -74,7 +73,7 @@ class Handoff:
 
     def update_idle(self) -> None:
         """Acks freed slots: offer them (each event-loop tick)."""
-        for channel in self.transport.channels:  # each tick: no weak-dict iteration
+        for channel in self.link.channels:  # each tick: no weak-dict iteration
             offer = self._offers.get(channel)
             if offer is not None and offer.idle:
                 self.update(channel)
@@ -84,8 +83,8 @@ class Handoff:
         is idle and consuming, nothing otherwise. Sent only when it changes, without
         waiting; from another thread (a cancel) nothing is sent: the offer goes at close
         (``Waiter.retire``)."""
-        t = self.transport
-        session, waiter = t.loop_claims(), t.waiter
+        link = self.link
+        session, waiter = link.loop_claims(), link.waiter
         address = waiter.address if waiter is not None else None
         if session is None or address is None or not self.enabled:
             return
@@ -100,19 +99,20 @@ class Handoff:
         session.register(address, channel.channel_id, offer.queues, slots, self._answered)
 
     def _answered(self, outcome: Any) -> None:
-        if isinstance(outcome, self.transport.store_errors()):
+        if isinstance(outcome, self.link.store_errors()):
             return  # the claims in flight report the lost connection
         if isinstance(outcome, BaseException):
             logger.warning("alkstore: hand-off disabled on this connection: %r", outcome)
             self.enabled = False
 
-    def take(self, wake: Wakeup) -> None:
+    def take(self, wake: Wakeup) -> set[str]:
         """Deliver the jobs publishers handed to this connection's channels, in the
-        order they were handed; the rest go back."""
+        order they were handed; the rest go back. Returns the queues of those whose
+        claims lapsed before they could be taken (to claim from again)."""
         if not wake.handoffs:
-            return
-        t = self.transport
-        by_id = {ch.channel_id: ch for ch in t.channels}
+            return set()
+        link = self.link
+        by_id = {ch.channel_id: ch for ch in link.channels}
         orphans = []
         mine: dict[Any, list[Delivery]] = {}
         for chan, delivery in wake.handoffs:
@@ -121,33 +121,18 @@ class Handoff:
                 orphans.append(delivery)
             else:
                 mine.setdefault(channel, []).append(delivery)
-        t.hand_back(orphans)
+        link.hand_back(orphans)
+        lapsed: set[str] = set()
         for channel, deliveries in mine.items():
-            # Read late? Checked once for all of them; then held, so heartbeated while
-            # earlier ones run (inline pools).
-            deliveries = t.still_claimed(deliveries, channel._no_ack_queues)
-            channel.hold(deliveries)
-            pending = deque(deliveries)
-            read_at = time.monotonic()
-            try:
-                while pending:
-                    self._deliver(channel, pending.popleft())
-                    read_at = revokes.recheck_if_stale(t.store, read_at, pending)
-            except BaseException:  # not delivered: no longer held, their claims lapse
-                channel.unhold(pending)
-                raise
-
-    def _deliver(self, channel: Any, delivery: Delivery) -> None:
-        """One job handed to ``channel``'s offer, already claimed for it."""
-        offer = self._offer(channel)
-        offer.slots = max(offer.slots - 1, 0)
-        if (
-            channel.closed
-            or channel.claiming  # the claim in flight was sized to every free slot
-            or delivery.queue not in channel._active_queues
-            or not channel.qos.can_consume()
-        ):
-            channel.unhold([delivery])
-            self.transport.hand_back([delivery])  # the offer changed on the job's way
-            return
-        channel._dispatch([delivery])
+            offer = self._offer(channel)
+            offer.slots = max(offer.slots - len(deliveries), 0)
+            if channel.claiming:  # the claim in flight was sized to every free slot
+                link.hand_back(deliveries)
+                continue
+            # Read late? checked once for all of them; then the channel's one delivery
+            # loop: held, so heartbeated while earlier ones run (inline pools); one the
+            # channel can no longer take (closed, cancelled, full) is handed back.
+            live, gone = still_claimed(link, deliveries, channel._no_ack_queues)
+            lapsed |= gone
+            channel.deliver(live)
+        return lapsed

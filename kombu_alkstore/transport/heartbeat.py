@@ -11,7 +11,7 @@ least every third of the shortest one held: a producer configured with a shorter
 than the worker's cannot make its jobs lapse between beats.
 
 Where an event loop with a claims connection runs (prefork, threads), the loop beats on
-that connection when a beat is due (:meth:`Heartbeater.take_due`, from a timer every
+that connection when a beat is due (:meth:`Heartbeater.loop_beat`, from a timer every
 ``MAX_SLEEP``), so a busy worker holds no connection for heartbeats; the thread beats,
 on a pooled connection, only when the loop is late by ``LOOP_GRACE`` (a task blocks it).
 """
@@ -19,10 +19,18 @@ on a pooled connection, only when the loop is late by ``LOOP_GRACE`` (a task blo
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
+
+from .held import after_lapse, tag_of
+from .link import Link
+from .worker_thread import WorkerThread
+
+logger = logging.getLogger("kombu_alkstore")
 
 #: The longest the thread sleeps before looking again at what is held (a new job with a
 #: short timeout may have arrived since).
@@ -39,50 +47,42 @@ def beat_interval(configured: float, held: Iterable[Any]) -> float:
     return min([configured, *(t / 3.0 for t in timeouts)])
 
 
-class Heartbeater:
-    """Calls ``beat()`` (which extends every held claim) whenever it is due.
+class Heartbeater(WorkerThread):
+    """Extends every claim one connection holds whenever a beat is due, each by its own
+    visibility timeout, in one statement.
 
-    ``held()`` returns the deliveries held now; nothing is sent while it is empty. Started
-    on the first held message, stopped when the connection closes or is lost.
+    What is held: the messages held unacked (``held``, by delivery tag) and those Celery
+    acked whose ack is not sent yet (``acks.waiting()``); nothing is sent while there is
+    none. Started on the first held message, stopped when the connection closes or is
+    lost (a later held message starts a new one). A claim a beat finds lapsed is dropped
+    from ``held`` (its ack will be refused) and logged.
     """
 
-    def __init__(
-        self, beat: Callable[[], None], held: Callable[[], list[Any]], configured: float
-    ) -> None:
-        self._beat = beat
-        self._held = held
+    name = "alkstore-heartbeat"
+
+    def __init__(self, link: Link, held: dict[str, Any], acks: Any, configured: float) -> None:
+        super().__init__()
+        self.link = link
+        self.held = held
+        self.acks = acks
         self._configured = configured
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
         self.last = time.monotonic()
-        #: An event loop beats when due (see take_due): the thread beats only if it is late.
+        #: An event loop beats when due (see loop_beat): the thread beats only if it is late.
         self.loop_beats = False
 
-    def ensure_started(self) -> None:
-        if self._thread is not None:
-            return
-        with self._lock:
-            if self._thread is None:
-                self.last = time.monotonic()
-                self._stop = threading.Event()
-                self._thread = threading.Thread(
-                    target=self._run, args=(self._stop,), name="alkstore-heartbeat", daemon=True
-                )
-                self._thread.start()
+    def _starting(self) -> None:
+        self.last = time.monotonic()
 
-    def stop(self) -> None:
-        """Stop the thread (a later held message starts a new one)."""
-        with self._lock:
-            self._stop.set()
-            thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5)
+    def claims_held(self) -> list[Any]:
+        """The claims heartbeats keep: the messages held unacked, and those Celery acked
+        whose ack is not sent yet (an inline pool can block the loop, and so the flush,
+        for as long as its next task runs)."""
+        return list(self.held.values()) + self.acks.waiting()
 
     def due_in(self, grace: bool = False) -> float:
         """Seconds until the next beat is due for what is held now (0: due); with
         ``grace``, until the thread's turn (later while an event loop beats)."""
-        held = self._held()
+        held = self.claims_held()
         if not held:
             return MAX_SLEEP
         interval = beat_interval(self._configured, held)
@@ -90,11 +90,49 @@ class Heartbeater:
         return self.last + interval + late - time.monotonic()
 
     def take_due(self) -> bool:
-        """For the event loop: True if a beat is due now, which the caller then sends."""
+        """True if a beat is due now, which the caller then sends."""
         if self.due_in() > 0:
             return False
         self.last = time.monotonic()
         return True
+
+    def beat(self) -> None:
+        """Extend every held claim now (the thread's beat; safe from any thread)."""
+        held = self.claims_held()
+        claims = self.link.claims_here()
+        if not held or claims is None or self.link.lost:
+            return
+        try:
+            claims.heartbeat(held, functools.partial(self._answered, held))
+        except Exception as exc:
+            self._answered(held, exc)
+
+    def loop_beat(self) -> None:
+        """The beat from the event loop, on the claims connection, when it is due
+        (never while nothing is held: see take_due)."""
+        link = self.link
+        if link.claims is not None and not link.lost and self.take_due():
+            held = self.claims_held()
+            link.claims.heartbeat(held, functools.partial(self._answered, held))
+
+    def _answered(self, held: list[Any], alive: set[int] | BaseException) -> None:
+        if isinstance(alive, BaseException):
+            logger.warning(
+                "alkstore: heartbeat failed (%r); the claims hold until their "
+                "deadlines and the next beat retries",
+                alive,
+            )
+            return
+        for d in held:
+            if d.id not in alive and self.held.pop(tag_of(d), None) is not None:
+                logger.warning(
+                    "alkstore: lost the claim on message %s on %r (its visibility timeout "
+                    "of %s s lapsed); %s, and this ack will be refused",
+                    d.id,
+                    d.queue,
+                    d.visibility_timeout,
+                    after_lapse(d),
+                )
 
     def _run(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -104,4 +142,4 @@ class Heartbeater:
                 continue
             self.last = time.monotonic()
             with contextlib.suppress(Exception):  # beat() logs; the claims lapse by themselves
-                self._beat()
+                self.beat()

@@ -15,6 +15,17 @@ def tag_of(delivery: Delivery) -> str:
     return f"{delivery.id}:{delivery.token}"
 
 
+def after_lapse(delivery: Delivery) -> str:
+    """What becomes of a job whose claim lapsed, for the log: claimed again, or, its
+    attempts spent, dead-lettered by the next claim or sweep."""
+    if delivery.attempts >= delivery.max_attempts:
+        return (
+            f"its attempts are spent ({delivery.attempts}/{delivery.max_attempts}): "
+            "it goes to the dead letters"
+        )
+    return "it will be delivered again"
+
+
 def hand_back(store: Any, deliveries: list[Delivery]) -> None:
     """Return claimed, undelivered jobs to pending with their attempt refunded. Through a
     lost connection this only logs: the claims lapse by themselves after the timeout."""

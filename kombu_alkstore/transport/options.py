@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..store.limits import parse_limits
 from ..store.options import StoreOptions, coerce_option, is_finite_number
 
 #: The shortest visibility timeout a transport accepts (seconds): a claim must outlive the
@@ -26,6 +27,24 @@ _FOREIGN = frozenset(
         "client_properties",
     }
 )
+
+#: Redis transport options a switched app may still carry, and what does their job here.
+_INSTEAD = {
+    "global_keyprefix": "to keep apps apart use the option 'schema'",
+    "sep": "queue names are stored as they are",
+    "fanout_prefix": "fanout exchanges are kept apart by their bindings already",
+    "fanout_patterns": "fanout exchanges are kept apart by their bindings already",
+    "priority_steps": "priorities 0-255 are stored as given, higher first",
+    "queue_order_strategy": "queues are claimed by priority, then due time",
+    "unacked_mutex_expire": "claims are row-locked, no mutex is needed",
+    "unacked_mutex_key": "claims are row-locked, no mutex is needed",
+    "socket_timeout": "use the URL's connect_timeout, or options=-c statement_timeout=…",
+    "health_check_interval": "connections are checked by every pooled use",
+}
+
+
+#: Transport options that are not numbers (parsed on their own).
+_NOT_NUMBERS = frozenset({"limits"})
 
 
 @dataclass(frozen=True)
@@ -54,11 +73,15 @@ class TransportOptions:
     #: and a publisher hands it a new due job already claimed, in the notification, so the
     #: task starts without a claim round trip (``False``: every job waits to be claimed).
     handoff: bool = True
+    #: Concurrency limits per queue, set on the store when a connection opens it:
+    #: ``{queue: N}`` or ``{queue: {"limit": N, "keys": {key: M, "*": M}}}``, parsed by
+    #: :func:`kombu_alkstore.store.limits.parse_limits` (docs/flow-control.md).
+    limits: Any = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is None or isinstance(f.default, bool):
+            if value is None or isinstance(f.default, bool) or f.name in _NOT_NUMBERS:
                 continue
             if not is_finite_number(value) or value <= 0:
                 raise ConfigurationError(
@@ -81,17 +104,21 @@ def parse_transport_options(raw: dict[str, Any] | None) -> tuple[StoreOptions, T
     store_names = StoreOptions.names()
     for key in raw:
         if key not in mine and key not in store_names and key not in _FOREIGN:
+            instead = _INSTEAD.get(key)
+            hint = f" (a Redis transport option: {instead})" if instead else ""
             warnings.warn(
-                f"kombu-alkstore: unknown transport option {key!r} is ignored",
+                f"kombu-alkstore: unknown transport option {key!r} is ignored{hint}",
                 stacklevel=3,
             )
     try:
         store = StoreOptions.from_mapping({k: v for k, v in raw.items() if k in store_names})
     except ConfigurationError as exc:
         raise ConfigurationError(f"transport {exc}") from None
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
+    if raw.get("limits") is not None:
+        kwargs["limits"] = parse_limits(raw["limits"], "transport option limits")
     for name, default in mine.items():
-        if raw.get(name) is not None:
+        if raw.get(name) is not None and name not in _NOT_NUMBERS:
             kwargs[name] = coerce_option(name, raw[name], 1.0 if default is None else default)
     transport = TransportOptions(**kwargs)
     if store.transaction_pooler and not store.listen_url:
@@ -101,11 +128,25 @@ def parse_transport_options(raw: dict[str, Any] | None) -> tuple[StoreOptions, T
             "poll and take no hand-offs; set listen_url to a direct database URL",
             stacklevel=3,
         )
+    if store.transaction_pooler and not store.durable_publish:
+        warnings.warn(
+            "kombu-alkstore: durable_publish=False has no effect with transaction_pooler: a "
+            "transaction-mode pooler refuses the session option synchronous_commit=off, so "
+            "every publish waits for its WAL flush",
+            stacklevel=3,
+        )
     if store.visibility_timeout < MIN_VISIBILITY_TIMEOUT:
         raise ConfigurationError(
             f"transport option visibility_timeout ({store.visibility_timeout!r} s) must be "
             f"at least {MIN_VISIBILITY_TIMEOUT:g} s: a claim that lapses before its task "
             "starts is claimed again by every worker, and the task runs many times"
+        )
+    if store.queue_expiry_grace < 2 * transport.sweep_interval:
+        raise ConfigurationError(
+            f"transport option queue_expiry_grace ({store.queue_expiry_grace!r} s) must be "
+            f"at least twice sweep_interval ({transport.sweep_interval!r} s): workers refresh "
+            "their queues once a sweep, and a shorter grace drops the live ones (pidbox, "
+            "replies, broadcasts) between refreshes"
         )
     beat = transport.heartbeat_interval
     if beat is not None and beat >= store.visibility_timeout:

@@ -27,6 +27,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .handoff import Handoff
+from .link import Link
+from .scheduling import ClaimScheduler
+
 #: Seconds every task channel must have had a backlog before announcements stop.
 QUIET_AFTER = 1.0
 #: While quiet: seconds between claims for free slots and checks for work no offer took.
@@ -36,8 +40,10 @@ QUIET_POLL = 1.0
 class Quiet:
     """Whether one kombu connection hears the store's announcements (event loop only)."""
 
-    def __init__(self, transport: Any) -> None:
-        self.transport = transport
+    def __init__(self, link: Link, scheduler: ClaimScheduler, handoff: Handoff) -> None:
+        self.link = link
+        self.scheduler = scheduler
+        self.handoff = handoff
         #: Announcements stopped.
         self.active = False
         self._busy_since: float | None = None
@@ -55,16 +61,15 @@ class Quiet:
         )
 
     def _busy(self) -> bool:
-        t = self.transport
-        tasks = [ch for ch in t.channels if self._tasks(ch)]
-        return bool(tasks) and all(ch in t._starved for ch in tasks)
+        tasks = [ch for ch in self.link.channels if self._tasks(ch)]
+        return bool(tasks) and all(ch in self.scheduler.starved for ch in tasks)
 
     def tick(self) -> None:
         """Every :data:`QUIET_POLL` seconds: go quiet after a long enough backlog; while
         quiet, claim for free slots and for what no offer took (:meth:`_poll_idle`), or
         hear again if no task channel is busy any more (a consumer cancelled, for one)."""
-        t = self.transport
-        if t.waiter is None or t.claims is None:  # the connection was lost meanwhile
+        link = self.link
+        if link.waiter is None or link.claims is None:  # the connection was lost meanwhile
             return
         if self.active:
             if not self._busy():
@@ -72,7 +77,7 @@ class Quiet:
             else:
                 self._poll_idle()
             return
-        if not (t.handoff.enabled and self._busy()):
+        if not (self.handoff.enabled and self._busy()):
             self._busy_since = None
             return
         now = time.monotonic()
@@ -86,38 +91,38 @@ class Quiet:
         if full or not self._tasks(channel):
             return
         self._busy_since = None
-        if self.active and self.transport.waiter is not None:
+        if self.active and self.link.waiter is not None:
             self.hear()
 
     def _quiet(self) -> None:
-        t = self.transport
-        if not t.waiter.hear_wakeups(False):
+        link = self.link
+        if not link.waiter.hear_wakeups(False):
             return
         self.active = True
-        t.listening(False)
-        t._on_readable()  # what arrived during the round trip (hand-offs among it)
+        link.listening(False)
+        self.scheduler.read_wakeups()  # what arrived during the round trip (hand-offs among it)
 
     def hear(self) -> None:
         """Hear announcements again, then claim once on every channel (see above)."""
-        t = self.transport
+        link = self.link
         self.reset()
-        t.waiter.hear_wakeups(True)
-        t.listening(True)
-        t._on_readable()
-        t._start_polling()  # every channel claims, then the next due time is learnt
+        link.waiter.hear_wakeups(True)
+        link.listening(True)
+        self.scheduler.read_wakeups()
+        self.scheduler.start()  # every channel claims, then the next due time is learnt
 
     def _poll_idle(self) -> None:
         """Claim for the slots no announcement will fill: each task channel with a free
         slot claims now (a busy channel waits for half its slots to free before it
         claims on its own, and a slot can stay free for long under long tasks); the idle
         channels look for work no offer took."""
-        t = self.transport
-        t._poll_all(channels=[ch for ch in t.channels if self._tasks(ch)])
-        t.poll_if_due(
+        channels, scheduler = self.link.channels, self.scheduler
+        scheduler.poll_all(channels=[ch for ch in channels if self._tasks(ch)])
+        scheduler.poll_if_due(
             {
                 q
-                for ch in t.channels
-                if ch._consumers and ch not in t._starved
+                for ch in channels
+                if ch._consumers and ch not in scheduler.starved
                 for q in ch._active_queues
             }
         )

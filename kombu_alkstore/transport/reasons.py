@@ -17,6 +17,8 @@ from typing import Any
 from celery import signals
 from celery.exceptions import Reject
 
+from ..compat import celery as compat_celery
+
 logger = logging.getLogger("kombu_alkstore")
 #: Reasons noted and not yet used, by task id (bounded: a reject may never come).
 _pending: OrderedDict[str, str] = OrderedDict()
@@ -42,8 +44,11 @@ def _note(task_id: str, reason: str) -> None:
 
 def _on_failure(sender: Any = None, task_id: str | None = None, exception: Any = None, **_: Any):
     if isinstance(exception, Reject) and not exception.requeue and task_id:
-        why = exception.reason
-        _note(task_id, f"rejected: {why}" if why not in (None, "") else GENERIC)
+        _note_reject(task_id, exception.reason)
+
+
+def _note_reject(task_id: str, why: Any) -> None:
+    _note(task_id, f"rejected: {why}" if why not in (None, "") else GENERIC)
 
 
 def _explain_after(sender: Any, message: Any, reason: str) -> None:
@@ -70,5 +75,7 @@ def _on_rejected(sender: Any = None, message: Any = None, exc: Any = None, **_: 
 def install() -> None:
     """Connect the receivers (idempotent)."""
     signals.task_failure.connect(_on_failure, weak=False, dispatch_uid="alkstore-reasons-f")
+    # Celery before 5.7 sends no task_failure for a Reject: task_postrun tells it there.
+    compat_celery.on_reject(_note_reject)
     signals.task_unknown.connect(_on_unknown, weak=False, dispatch_uid="alkstore-reasons-u")
     signals.task_rejected.connect(_on_rejected, weak=False, dispatch_uid="alkstore-reasons-r")

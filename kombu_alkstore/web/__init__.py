@@ -2,8 +2,12 @@
 
 ``kombu-alkstore -b URL web [--host H --port P]`` serves it; :func:`create_app` gives the
 ASGI app over an open store for embedding. Modules: :mod:`.app` (routes, pages),
-:mod:`.queries` (snapshot sampler, bulk actions, schedules, consumers), :mod:`.chart`
-(the SVG rate chart), :mod:`.metrics` (Prometheus), :mod:`.auth` (write access, CSRF).
+:mod:`.sampler` (the whole-table figures, read in the background), :mod:`.messages` (a
+message as a page shows it), :mod:`.filters` (the dead-letter filter of a page or form),
+:mod:`.bulk` (requeue and purge, in batches), :mod:`.beat` (the schedules page over
+``celery_beat_alkstore.api``), :mod:`.consumers` (Celery's inspect of the workers),
+:mod:`.chart` (the SVG rate chart), :mod:`.metrics` (Prometheus), :mod:`.auth` (write
+access, CSRF). Messages are decoded and formatted by :mod:`kombu_alkstore.present`.
 """
 
 from __future__ import annotations

@@ -8,11 +8,11 @@ method.
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import re
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -24,22 +24,16 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ..errors import AlkstoreError
+from ..present import fmt_age, fmt_time
 from ..store import Store
 from ..store.options import validate_name
-from . import chart, metrics
+from . import beat, chart, guards, metrics
 from .auth import Auth
-from .queries import (
-    COUNT_CAP,
-    BulkRunner,
-    Inspector,
-    Sampler,
-    apply,
-    describe,
-    filter_query,
-    parse_filter,
-    schedule_action,
-    schedules,
-)
+from .bulk import BulkRunner, apply
+from .consumers import Inspector
+from .filters import filter_query, parse_filter
+from .messages import describe
+from .sampler import Sampler
 
 #: Every action taken through the dashboard, with the client's address (INFO).
 audit = logging.getLogger("kombu_alkstore.web.audit")
@@ -48,6 +42,9 @@ TEMPLATES = Path(__file__).with_name("templates")
 #: leave the site).
 SAFE_BACK = re.compile(r"^/(?![/\\])[\w\-./?=&%:+~]*$")
 PAGE_SIZE = 50
+#: Matching dead letters are counted up to this many on a page (then "1,000+"), so a
+#: page with a text filter stops reading once that many matched.
+COUNT_CAP = 1_000
 #: Dead letters a page reads at most for a filter no index serves (task name, error text).
 SCAN_WINDOW = 100_000
 PEEK_DEFAULT, PEEK_MAX = 20, 500
@@ -67,16 +64,10 @@ class Config:
     inspect_every: float = 10.0
 
 
-def fmt_time(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
-
-def fmt_age(seconds: float | None) -> str:
-    from ..cli import fmt_age as cli_age
-
-    return cli_age(seconds)
+def page_time(ts: float | None) -> str:
+    """Local wall time without the UTC offset, as every page shows a time (``-`` for
+    None)."""
+    return fmt_time(ts, offset=False)
 
 
 class Dashboard:
@@ -97,7 +88,7 @@ class Dashboard:
             loader=FileSystemLoader(TEMPLATES),
             autoescape=select_autoescape(["html", "svg"], default=True),
         )
-        self.env.filters.update(time=fmt_time, age=fmt_age)
+        self.env.filters.update(time=page_time, age=fmt_age)
 
     # ---------------------------------------------------------------- plumbing
     def render(
@@ -158,7 +149,15 @@ class Dashboard:
         for name in snap.queue_names():
             c = snap.queue(name)
             rin, rout = chart.last_minutes_rate(snap.rates, name, snap.taken_at or time.time())
-            rows.append({"c": c, "paused": name in snap.paused, "rin": rin, "rout": rout})
+            rows.append(
+                {
+                    "c": c,
+                    "paused": name in snap.paused,
+                    "rin": rin,
+                    "rout": rout,
+                    "limit": snap.limits.get(name),
+                }
+            )
         return self.render(
             request,
             "overview.html",
@@ -175,6 +174,12 @@ class Dashboard:
         except (AlkstoreError, ValueError) as exc:
             return self.refuse(request, str(exc), 400)
         snap = self.sampler.snapshot
+        if not guards.queue_known(self.store, name, snap.queue_names()):
+            why = (
+                f"no queue named {name!r}: no worker or publisher declared it and it holds "
+                "no messages or dead letters (the overview lists the queues)"
+            )
+            return self.refuse(request, why, 404)
         peeked = [describe(j) for j in self.store.peek(name, n)]
         return self.render(
             request,
@@ -182,6 +187,7 @@ class Dashboard:
             name=name,
             c=snap.queue(name),
             paused=self.store.paused_queues().get(name),
+            limits=next((q for q in self.store.limits() if q.queue == name), None),
             peeked=peeked,
             n=n,
             chart=chart.build(snap.rates, name, snap.taken_at or None),
@@ -221,10 +227,14 @@ class Dashboard:
             next_url = "/dead?" + urlencode(
                 {**query, "before": f"{window_end[0]!r}:{window_end[1]}"}
             )
+        items = [describe(j) for j in jobs]
+        registered = self.inspector.registered if self.inspector else None
+        unregistered = guards.unregistered_tasks(items, registered)
         return self.render(
             request,
             "dead.html",
-            items=[describe(j) for j in jobs],
+            items=items,
+            unregistered=guards.unregistered_warning(unregistered, registered is not None),
             where=where,
             query=query,
             count=count,
@@ -245,6 +255,18 @@ class Dashboard:
         if job is None or job.state != "dead":
             return self.refuse(request, f"no dead letter {ident}", 404)
         return self.render(request, "dead_one.html", item=describe(job))
+
+    def result(self, request: Request) -> Response:
+        """A task's state and result as the alkstore result backend stored them, by task
+        id (``kombu_alkstore.results``); linked from a dead letter's page."""
+        task_id = request.path_params["task_id"]
+        try:
+            rows = self.store.results().by_task(task_id)
+        except AlkstoreError as exc:
+            return self.refuse(request, str(exc), 400)
+        return self.render(
+            request, "result.html", task_id=task_id, rows=[result_row(r) for r in rows]
+        )
 
     def scheduled(self, request: Request) -> Response:
         """Delayed tasks (ETA, countdown) the broker holds, soonest first: what ``celery
@@ -270,8 +292,8 @@ class Dashboard:
         )
 
     def schedules(self, request: Request) -> Response:
-        items, actions, error = schedules(self.store)
-        return self.render(request, "schedules.html", items=items, actions=actions, error=error)
+        items, error = beat.schedule_rows(self.store)
+        return self.render(request, "schedules.html", items=items, error=error)
 
     def consumers(self, request: Request) -> Response:
         insp = self.inspector
@@ -347,7 +369,13 @@ class Dashboard:
         if form.get("scope") == "matching":
             job = self.bulk.start(action, where, to if action == "requeue" else None)
             client = request.client.host if request.client else "?"
-            audit.info("%s: %s all matching %s (%d)", client, action, where, job.total)
+            audit.info(
+                "%s: %s all matching: %s (%d)",
+                client,
+                action,
+                guards.describe_filter(where),
+                job.total,
+            )
             return RedirectResponse(f"/bulk/{job.id}", status_code=303)
         if not ids:
             return self.done(back, "nothing selected")
@@ -363,14 +391,14 @@ class Dashboard:
         form, refused = await self.form(request)
         if refused:
             return refused
-        if action not in ("enable", "disable", "run_now"):
+        if action not in beat.ACTIONS:
             return self.refuse(request, f"unknown action {action!r}", 404)
         try:
-            schedule_action(self.store, action, name)
-        except LookupError as exc:
-            return self.refuse(request, str(exc), 501)
+            found = beat.run_action(self.store, action, name)
         except AlkstoreError as exc:
             return self.refuse(request, str(exc), 400)
+        if not found:
+            return self.refuse(request, f"no schedule named {name!r}", 404)
         message = f"schedule {name}: {action.replace('_', ' ')} done"
         return self.done("/schedules", message, request)
 
@@ -385,6 +413,7 @@ class Dashboard:
             Route("/dead/{id}", self.dead_one),
             Route("/dead-action/{action}", self.dead_action, methods=["POST"]),
             Route("/bulk/{id}", self.bulk_status),
+            Route("/results/{task_id:path}", self.result),
             Route("/scheduled", self.scheduled),
             Route("/schedules", self.schedules),
             Route("/schedules/{name:path}/{action:str}", self.schedule_action, methods=["POST"]),
@@ -416,6 +445,17 @@ class Dashboard:
         self.sampler.stop()
         if self.inspector:
             self.inspector.stop()
+
+
+def result_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored result for display: its value as text when it is JSON (Celery's default
+    serializer), else its size (pickle, or compressed)."""
+    value = row["value"]
+    try:
+        text = json.dumps(json.loads(value.decode("utf-8")), indent=2, sort_keys=True)
+    except (UnicodeDecodeError, ValueError):
+        text = f"({len(value)} bytes, not JSON: another result_serializer or compression)"
+    return {**row, "text": text}
 
 
 def _quote(name: str) -> str:

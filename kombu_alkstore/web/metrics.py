@@ -1,6 +1,6 @@
 """``/metrics`` for Prometheus, with the official ``prometheus_client``.
 
-A scrape reads the dashboard's :class:`~.queries.Snapshot` (refreshed by the sampler on
+A scrape reads the dashboard's :class:`~.sampler.Snapshot` (refreshed by the sampler on
 its own timer), so it sends no statement itself: the cost per scrape is constant however
 many queues or messages there are.
 """
@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .queries import Snapshot
+from .sampler import Snapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -59,7 +59,26 @@ class StoreCollector(Collector):
         age.add_metric([], snap.taken_at)
         up = GaugeMetricFamily("alkstore_up", "1 if the last read of the store succeeded")
         up.add_metric([], 0.0 if snap.error else 1.0)
-        yield from (depth, dead, oldest, paused, published, acked, age, up)
+        limit = GaugeMetricFamily(
+            "alkstore_queue_limit",
+            "Concurrency limit: most jobs claimed at once (key empty: the whole queue; "
+            "'*': each key without its own)",
+            labels=["queue", "key"],
+        )
+        used = GaugeMetricFamily(
+            "alkstore_queue_limit_used",
+            "Jobs claimed now, of a limited queue (key empty) or of a key with claims",
+            labels=["queue", "key"],
+        )
+        for q in snap.limits.values():
+            if q.limit is not None:
+                limit.add_metric([q.queue, ""], q.limit)
+            used.add_metric([q.queue, ""], q.used)
+            for key, n in q.keys.items():
+                limit.add_metric([q.queue, key], n)
+            for key, n in q.keys_used.items():
+                used.add_metric([q.queue, key], n)
+        yield from (depth, dead, oldest, paused, published, acked, age, up, limit, used)
 
 
 def registry(snapshot: Callable[[], Snapshot]) -> CollectorRegistry:

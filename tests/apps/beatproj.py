@@ -6,7 +6,8 @@ Configured from the environment like ``tests.apps.proj``: ``ALKSTORE_TEST_BROKER
 ``ALKSTORE_BEAT_SCHEDULE`` (JSON ``{name: {"schedule": seconds-or-spec, "task": …}}``),
 ``ALKSTORE_BEAT_CRONTAB=<name>`` (adds a ``crontab(minute="*")`` entry of that name, in
 ``ALKSTORE_BEAT_TIMEZONE`` when set), ``ALKSTORE_BEAT_SCHEDULER`` (the ``beat_scheduler``
-setting), ``ALKSTORE_BEAT_LEASE_TTL``, and ``ALKSTORE_BEAT_MAX_INTERVAL``.
+setting), ``ALKSTORE_BEAT_CATCH_UP`` (``beat_alkstore_catch_up``),
+``ALKSTORE_BEAT_LEASE_TTL``, and ``ALKSTORE_BEAT_MAX_INTERVAL``.
 ``-S tests.apps.beatproj:CrashingScheduler`` is the beat that exits right after its first
 fire's publish, before the tick commits.
 """
@@ -40,6 +41,8 @@ if os.environ.get("ALKSTORE_BEAT_CRONTAB"):
     }
 if os.environ.get("ALKSTORE_BEAT_TIMEZONE"):
     app.conf.timezone = os.environ["ALKSTORE_BEAT_TIMEZONE"]
+if os.environ.get("ALKSTORE_BEAT_CATCH_UP"):  # the beat's default catch-up policy
+    app.conf.beat_alkstore_catch_up = os.environ["ALKSTORE_BEAT_CATCH_UP"]
 if os.environ.get("ALKSTORE_BEAT_SCHEDULER"):  # e.g. "alkstore": beat_scheduler, not -S
     app.conf.beat_scheduler = os.environ["ALKSTORE_BEAT_SCHEDULER"]
 
@@ -65,6 +68,22 @@ def stamp(self, *args: object, **kwargs: object) -> None:
         repr(started),
         os.getpid(),
         json.dumps([list(args), kwargs]),
+    )
+
+
+@app.task(bind=True, acks_late=True)
+def slow(self, seconds: float = 3.0) -> None:
+    """Record ``schedule, boundary, start, end, pid`` after sleeping ``seconds``; acked
+    late, so its job stays claimed (live) while it runs."""
+    started = time.time()
+    time.sleep(seconds)
+    request = self.request
+    record(
+        getattr(request, "alkstore_schedule", None),
+        getattr(request, "alkstore_boundary", None),
+        repr(started),
+        repr(time.time()),
+        os.getpid(),
     )
 
 

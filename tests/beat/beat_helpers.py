@@ -19,9 +19,11 @@ TASK = "tests.apps.beatproj.stamp"
 
 
 def every(seconds: int, name: str = "tick", **extra) -> dict[str, str]:
-    """Env for a beat whose ``beat_schedule`` is one ``@every`` entry."""
+    """Env for a beat whose ``beat_schedule`` is one ``@every`` entry, with the ``replay``
+    catch-up policy as the beat's default (these tests count every boundary once across
+    kills and restarts; the default ``once`` collapses missed ones)."""
     entry = {"schedule": f"@every {seconds}s", "task": TASK, **extra}
-    return {"ALKSTORE_BEAT_SCHEDULE": json.dumps({name: entry})}
+    return {"ALKSTORE_BEAT_SCHEDULE": json.dumps({name: entry}), "ALKSTORE_BEAT_CATCH_UP": "replay"}
 
 
 @contextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -12,6 +13,12 @@ import pytest
 
 from celery_beat_alkstore.cron import utc_iso
 from tests.helpers import ROOT
+
+
+def _epoch(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -72,14 +79,14 @@ def test_add_list_next_remove(target):
     assert by_name["report"]["kwargs"] == {"full": True}
     assert by_name["report"]["options"] == {"queue": "reports", "priority": 7}
     assert by_name["report"]["origin"] == "api"
-    assert by_name["report"]["next_at"] % 120 == 0
+    first = _epoch(by_name["report"]["next_at"])  # an ISO string, as the text output
+    assert first % 120 == 0
     table = ok(cli(*b, "list"))
     assert "report" in table and "proj.fast" in table and "reports" in table
     upcoming = ok(cli(*b, "next", "-n", "4")).strip().splitlines()
-    assert len(upcoming) == 4 and sum("fast" in line for line in upcoming) >= 3
-    assert upcoming == sorted(upcoming)
+    assert len(upcoming) == 8  # four of each schedule, the frequent one first
+    assert [line.split()[1] for line in upcoming] == ["fast"] * 4 + ["report"] * 4
     only = ok(cli(*b, "next", "-n", "2", "report")).strip().splitlines()
-    first = by_name["report"]["next_at"]
     assert only == [utc_iso(first), utc_iso(first + 120)]  # timestamps only, scriptable
     # the default broker comes from CELERY_BROKER_URL
     out = ok(
@@ -186,3 +193,113 @@ def test_cron_next_lifecycle_and_task_check(target):
     assert "disabled +run-now" in table and "cron 30 1 * * * Europe/London" in table
     assert "enabled 'r'" in ok(cli(*b, "enable", "r"))
     one_line_error(cli(*b, "run-now", "nope"), "no schedule named 'nope'")
+
+
+def test_with_the_app_it_uses_the_store_beat_uses_even_with_celery_broker_url_set(target):
+    """``-A`` with ``$CELERY_BROKER_URL`` set (as docs/operations.md has users do): the app's
+    schema, where beat looks, not the default one (issue 29, defect 11: ``add`` wrote the
+    schedule where beat never looks and ``list`` showed none of beat's)."""
+    env = {
+        "CELERY_BROKER_URL": target.broker_url,
+        "ALKSTORE_TEST_BROKER": target.broker_url,
+        "ALKSTORE_TEST_SCHEMA": target.schema,
+    }
+    app = ["-A", "tests.apps.beatproj"]
+    ok(cli(*app, "add", "nightly", "@daily", "tests.apps.beatproj.stamp", env=env))
+    assert "nightly" in ok(cli(*app, "list", env=env))
+    with target.open() as store:
+        from celery_beat_alkstore import api as beat_api
+
+        assert [s.name for s in beat_api.list_schedules(store=store)] == ["nightly"]
+    # $ALKSTORE_SCHEMA, as kombu-alkstore honours it, names the schema without -A.
+    env_only = {"CELERY_BROKER_URL": target.broker_url, "ALKSTORE_SCHEMA": target.schema}
+    assert "nightly" in ok(cli("list", env=env_only))
+
+
+def test_next_without_a_name_is_each_schedules_next_run(target):
+    """One ``@every 10s`` does not hide the nightly job: one line per schedule, soonest
+    first, the disabled ones last (issue 33)."""
+    b = ["-b", target.broker_url, "--schema", target.schema]
+    for name, spec in (("nightly", "@daily"), ("fast", "@every 10s"), ("off", "@every 1h")):
+        ok(cli(*b, "add", name, spec, f"proj.{name}", "--skip-task-check"))
+    ok(cli(*b, "disable", "off"))
+    listed = {s["name"]: s for s in json.loads(ok(cli(*b, "list", "--json")))}
+    lines = ok(cli(*b, "next")).splitlines()
+    assert len(lines) == 3
+    for line, name in zip(lines[:2], ["fast", "nightly"], strict=True):
+        at, shown, task, when = line.split(maxsplit=3)
+        assert (at, shown, task) == (listed[name]["next_at"], name, f"proj.{name}")
+        assert re.fullmatch(r"\((in|overdue by) \d+\.\ds\)", when), line
+    assert lines[2] == "-                     off      proj.off  (disabled)"
+    two = ok(cli(*b, "next", "-n", "2")).splitlines()
+    assert [line.split()[1] for line in two] == ["fast", "fast", "nightly", "nightly", "off"]
+
+
+def test_list_json_times_are_iso_strings_like_the_text(target):
+    b = ["-b", target.broker_url, "--schema", target.schema]
+    ok(cli(*b, "add", "r", "@every 1h", "proj.r", "--skip-task-check"))
+    ok(cli(*b, "run-now", "r"))
+    (row,) = json.loads(ok(cli(*b, "list", "--json")))
+    with target.open() as store:
+        stored = store.schedule_get("r")
+    assert row["next_at"] == utc_iso(stored.next_at)
+    assert row["run_requested"] == utc_iso(stored.run_requested)
+    assert row["last_run_at"] is None
+    assert row["next_at"] in ok(cli(*b, "list"))  # the same text as the table's NEXT
+    assert row["interval"] == 3600.0
+
+
+CONFIG_REMOVED = (
+    "celery-beat-alkstore: note: 'nightly' is an entry of the app's beat_schedule: the next "
+    "beat start stores it again (remove it from beat_schedule to remove it for good)"
+)
+CONFIG_CHANGED = (
+    "celery-beat-alkstore: note: 'nightly' is an entry of the app's beat_schedule: the next "
+    "beat start puts the config's version back (change beat_schedule to keep this)"
+)
+
+
+def test_remove_and_add_of_a_beat_schedule_entry_say_beat_takes_it_back(target):
+    from celery_beat_alkstore import Scheduler
+    from tests.helpers import make_app
+
+    entry = {"task": "proj.nightly", "schedule": 86400.0}
+    app = make_app(target, beat_schedule={"nightly": entry}, beat_alkstore_lease_ttl=30)
+    Scheduler(app=app).close()  # a beat start stores the config's entry (origin config)
+    b = ["-b", target.broker_url, "--schema", target.schema]
+    r = cli(*b, "remove", "nightly")
+    assert (r.returncode, r.stdout) == (0, "removed 'nightly'\n")
+    assert r.stderr == CONFIG_REMOVED + "\n"
+    Scheduler(app=app).close()  # ... and the next start stores it again, as the note says
+    r = cli(*b, "add", "nightly", "@every 1h", "proj.nightly", "--skip-task-check")
+    assert r.returncode == 0 and r.stdout.startswith("scheduled 'nightly': @every 1h")
+    assert r.stderr == CONFIG_CHANGED + "\n"
+    Scheduler(app=app).close()
+    with target.open() as store:
+        assert store.schedule_get("nightly").spec == "@every 1d"  # the config's again
+    # A schedule of the API's own says nothing more.
+    r = cli(*b, "add", "mine", "@every 1h", "proj.mine", "--skip-task-check")
+    assert r.returncode == 0 and r.stderr == ""
+    r = cli(*b, "remove", "mine")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "removed 'mine'\n", "")
+
+
+def test_add_of_a_name_in_the_apps_beat_schedule_notes_it_before_any_beat_ran(target):
+    env = {
+        "ALKSTORE_TEST_BROKER": target.broker_url,
+        "ALKSTORE_TEST_SCHEMA": target.schema,
+        "ALKSTORE_BEAT_SCHEDULE": json.dumps(
+            {"nightly": {"task": "tests.apps.beatproj.stamp", "schedule": 86400}}
+        ),
+    }
+    r = cli(
+        "-A",
+        "tests.apps.beatproj",
+        "add",
+        "nightly",
+        "@every 1h",
+        "tests.apps.beatproj.stamp",
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == CONFIG_CHANGED + "\n"

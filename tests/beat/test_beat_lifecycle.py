@@ -25,6 +25,7 @@ from tests.helpers import make_app, run_sql
 def _app(target, schedule_=None, **conf):
     conf.setdefault("beat_alkstore_lease_ttl", 30)
     conf.setdefault("beat_max_loop_interval", 5)
+    conf.setdefault("beat_alkstore_catch_up", "replay")  # these tests replay each boundary
     return make_app(target, beat_schedule=schedule_ or {}, **conf)
 
 
@@ -105,6 +106,7 @@ def test_a_failing_schedule_never_refires_the_others_with_another_broker(target,
         beat_alkstore_url=target.url,
         beat_alkstore_options={"schema": target.schema},
         beat_alkstore_lease_ttl=30,
+        beat_alkstore_catch_up="replay",  # each missed boundary fires
     )
     s = Scheduler(app=app)
     try:

@@ -143,7 +143,7 @@ def test_more_than_64_missed_boundaries_fire_64_and_skip_the_rest(target, tmp_pa
         keep_grid=False,
     )
     log = tmp_path / "beat.log"
-    with beat_process(target, record, log):
+    with beat_process(target, record, log, ALKSTORE_BEAT_CATCH_UP="replay"):
         wait_for(lambda: "skipped" in log_text(log), timeout=25)
         time.sleep(0.3)
     fired = sorted(queued_boundaries(store, name="big"))

@@ -24,6 +24,7 @@ def _entry(seconds, **extra):
 def _app(target, schedule_=None, **conf):
     conf.setdefault("beat_alkstore_lease_ttl", 30)
     conf.setdefault("beat_max_loop_interval", 5)
+    conf.setdefault("beat_alkstore_catch_up", "replay")  # these tests replay each boundary
     return make_app(target, beat_schedule=schedule_ or {}, **conf)
 
 
@@ -207,6 +208,7 @@ def test_other_broker_uses_beat_alkstore_url_publish_then_commit(target, store):
         beat_alkstore_options={"schema": target.schema},
         beat_schedule={"m": _entry(1, options={"priority": 5})},
         beat_alkstore_lease_ttl=30,
+        beat_alkstore_catch_up="replay",  # each missed boundary fires
     )
     t = store_target(app)
     assert not t.same_database and t.options.schema == target.schema

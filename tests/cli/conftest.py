@@ -24,11 +24,12 @@ class Result:
     err: str
 
 
-def run_cli(target, *argv: str, broker: str | None = None) -> Result:
-    """``main(argv)`` in-process, against ``target`` (its URL and schema)."""
+def run_cli(target, *argv: str, broker: str | None = None, stdin: str | None = None) -> Result:
+    """``main(argv)`` in-process, against ``target`` (its URL and schema); a question is
+    answered from ``stdin`` (None: pytest's stdin, which cannot be read)."""
     out, err = io.StringIO(), io.StringIO()
     args = ["-b", broker or target.broker_url, "--schema", target.schema, *argv]
-    code = main(args, out=out, err=err)
+    code = main(args, out=out, err=err, stdin=None if stdin is None else io.StringIO(stdin))
     return Result(code, out.getvalue(), err.getvalue())
 
 

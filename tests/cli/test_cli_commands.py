@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from kombu_alkstore.cli import decode
+from kombu_alkstore.present import decode
 from tests.cli.conftest import run_cli
 from tests.helpers import run_sql
 
@@ -279,11 +279,11 @@ def test_dead_purge(target, seeder):
     r = run_cli(target, "dead", "purge", str(a), b_tid)
     assert r.code == 0 and "purged 2 dead letters" in r.out
     assert seeder.store.get_job(a) is None
-    r = run_cli(target, "dead", "purge", "--queue", "other")
+    r = run_cli(target, "dead", "purge", "--queue", "other", "-f")
     assert r.code == 0 and "purged 2 dead letters of queue 'other'" in r.out
     r = run_cli(target, "dead", "purge", str(a))
     assert r.code == 1 and str(a) in r.err
-    r = run_cli(target, "dead", "purge", "--all")
+    r = run_cli(target, "dead", "purge", "--all", "--force")
     assert r.code == 0 and "purged 1 dead letter" in r.out
     assert all(c.dead == 0 for c in seeder.store.counts())
 

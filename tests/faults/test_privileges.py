@@ -24,7 +24,7 @@ from kombu import Connection
 
 import kombu_alkstore  # noqa: F401
 from celery_beat_alkstore import api as beat_api
-from kombu_alkstore.errors import StoreUnavailable
+from kombu_alkstore.errors import ConfigurationError, StoreUnavailable
 from kombu_alkstore.store import open_store
 from tests.conftest import Target
 from tests.helpers import make_app, run_solo_worker, thread_worker, wait_for
@@ -87,20 +87,46 @@ def worker_exit(target: Target, options: dict, timeout: float = 60) -> tuple[int
     return proc.returncode, proc.stdout + proc.stderr
 
 
+def refused(target: Target, role: str, said: str) -> str:
+    """The one line a role without the rights it needs gets (issue 33)."""
+    s = target.schema
+    return (
+        f"PostgreSQL refused {role!r} on schema {s!r} ({said}): as the schema's owner run "
+        f"`kombu-alkstore -b URL --schema {s} setup --print --grant {role}` and apply it, "
+        "then give this role the transport option setup=False (README: PostgreSQL setup "
+        "and least privilege)"
+    )
+
+
+def test_a_role_that_may_not_create_the_schema_is_told_what_to_do(pg_target, role):
+    """The default setup=True by a runtime role, the schema not made yet: one line that
+    says how to set it up, not CREATE's bare InsufficientPrivilege (a new role has no
+    CREATE on the database)."""
+    target = as_role(pg_target, role)
+    admin(
+        pg_target,
+        f'REVOKE CREATE ON DATABASE test FROM "{role}"',
+        "REVOKE CREATE ON DATABASE test FROM PUBLIC",
+    )
+    with pytest.raises(ConfigurationError) as info:
+        open_store(target.url, schema=target.schema)
+    assert str(info.value) == refused(target, role, "permission denied for database test")
+
+
 # ------------------------------------------------------------------- no rights at all
 @pytest.mark.parametrize("setup", [True, False])
 def test_role_without_rights_on_the_schema_fails_at_connect(pg_target, role, setup):
     made_by_admin(pg_target)
     target = as_role(pg_target, role)
     started = time.monotonic()
-    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied") as info:
+    with pytest.raises(ConfigurationError) as info:
         open_store(target.url, schema=target.schema, setup=setup)
-    assert pg_target.schema in str(info.value)
+    assert str(info.value) == refused(target, role, f"permission denied for schema {target.schema}")
     # Through kombu: raised at connect, and not a retryable connection error (no loop).
     opts = {"schema": target.schema, "setup": setup}
     with Connection(target.broker_url, transport_options=opts) as conn:
         assert not isinstance(info.value, conn.connection_errors)
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        with pytest.raises(ConfigurationError):
             conn.ensure_connection(max_retries=3, interval_start=1, interval_step=1)
     assert time.monotonic() - started < 20
 
@@ -121,10 +147,9 @@ def test_role_with_schema_usage_but_no_table_rights(pg_target, role):
     target = as_role(pg_target, role)
     # Either way the store reads the schema version first: refused at connect.
     for setup in (True, False):
-        with pytest.raises(
-            psycopg.errors.InsufficientPrivilege, match="permission denied for table"
-        ):
+        with pytest.raises(ConfigurationError) as info:
             open_store(target.url, schema=target.schema, setup=setup)
+        assert str(info.value) == refused(target, role, "permission denied for table meta")
     code, output = worker_exit(target, {"setup": False})
     assert code is not None, "the worker hung instead of exiting:\n" + output[-2000:]
     assert code != 0
@@ -190,3 +215,39 @@ def test_dml_only_role_runs_a_worker(pg_target, role, setup):
             tick.due(time.time() + 120)
         assert beat_api.unschedule("every-minute", store=store)
         assert store.lease_release("__alkstore_scheduler", "me")
+
+
+def test_a_role_assumed_in_the_url_options_holds_for_every_connection(pg_target, role):
+    """``options=-c role=…`` in the URL (a login role that assumes its group role, as
+    libpq users do) holds on every connection the broker opens: the fast pool and the
+    claims connection added ``-c synchronous_commit=off`` in place of the URL's options,
+    so publishes worked and every claim got ``permission denied`` (issue 29, defect 10)."""
+    made_by_admin(pg_target)
+    group = f"{role}_g"
+    admin(pg_target, f'CREATE ROLE "{group}" NOLOGIN', f'GRANT "{group}" TO "{role}"')
+    admin(pg_target, f'ALTER ROLE "{role}" NOINHERIT')
+    try:
+        grant_dml(pg_target, group)
+        base = as_role(pg_target, role)
+        sep = "&" if "?" in base.url else "?"
+        target = Target(base.engine, f"{base.url}{sep}options=-c%20role%3D{group}", base.schema)
+        app = make_app(target, transport_options={"setup": False}, task_acks_late=True)
+        done = []
+
+        @app.task(shared=False, name="priv.assumed")
+        def work(tag):
+            done.append(tag)
+
+        with thread_worker(app):
+            for i in range(5):
+                work.delay(i)
+            work.apply_async((5,), countdown=0.5)
+            wait_for(lambda: len(done) == 6, 30)
+        assert sorted(done) == list(range(6))
+    finally:
+        admin(
+            pg_target,
+            f'DROP SCHEMA IF EXISTS "{pg_target.schema}" CASCADE',
+            f'DROP OWNED BY "{group}"',
+            f'DROP ROLE "{group}"',
+        )

@@ -270,7 +270,7 @@ def cli_workload(target) -> None:
     assert cli(target, "dead", "requeue", "--queue", q)[0] == 0
     with target.open() as store:
         store.fail(store.claim([q], 3), odd(9, "error"))
-    assert cli(target, "dead", "purge", "--queue", q)[0] == 0
+    assert cli(target, "dead", "purge", "--queue", q, "-f")[0] == 0
     assert cli(target, "sweep")[0] == 0
 
 

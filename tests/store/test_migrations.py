@@ -35,9 +35,19 @@ from tests.conftest import PG_URL
 FIXTURES = Path(__file__).parent / "fixtures"
 #: (fixture, the schema version it stores)
 OLD = {
-    "postgresql": [("v1_6197933", 1), ("v1", 1), ("v2", 2), ("v3", 3)],
-    "sqlite": [("v1", 1), ("v2", 2), ("v3", 3)],
+    "postgresql": [
+        ("v1_6197933", 1),
+        ("v1", 1),
+        ("v2", 2),
+        ("v3", 3),
+        ("v4", 4),
+        ("v5", 5),
+        ("v6", 6),
+    ],
+    "sqlite": [("v1", 1), ("v2", 2), ("v3", 3), ("v4", 4), ("v5", 5), ("v6", 6)],
 }
+#: The fixture of the current version: what a fresh install must equal.
+CURRENT = "v7"
 CASES = [(engine, name, version) for engine, olds in OLD.items() for name, version in olds]
 IDS = [f"{engine}-{name}" for engine, name, _ in CASES]
 
@@ -272,14 +282,14 @@ def assert_rows_kept(place: Place, schema: str, path: Path | None) -> None:
 
 # -------------------------------------------------------------------------------- tests
 def test_latest_is_the_schema_version_on_every_engine():
-    assert LATEST == {"postgresql": 3, "sqlite": 3}
-    assert SCHEMA_VERSION == 3
+    assert LATEST == {"postgresql": 7, "sqlite": 7}
+    assert SCHEMA_VERSION == 7
     for engine in ENGINE_PACKAGES:
         found = migrations("alk", engine)
-        assert [m.version for m in found.migrations] == [1, 2, 3]
+        assert [m.version for m in found.migrations] == [1, 2, 3, 4, 5, 6, 7]
         assert found.pending(None) == list(found.migrations)
-        assert [m.version for m in found.pending(1)] == [2, 3]
-        assert found.pending(3) == [] and found.pending(4) == []
+        assert [m.version for m in found.pending(1)] == [2, 3, 4, 5, 6, 7]
+        assert found.pending(7) == [] and found.pending(8) == []
 
 
 @pytest.mark.parametrize(("engine", "name", "version"), CASES, ids=IDS)
@@ -305,15 +315,15 @@ def test_upgrade_from_every_earlier_version(engine, name, version, tmp_path):
 
 @pytest.mark.parametrize("engine", ["postgresql", "sqlite"])
 def test_fresh_install_is_the_current_layout_and_idempotent(engine, tmp_path):
-    """The migrations from nothing give exactly what the version-3 code created."""
+    """The migrations from nothing give exactly what the version-6 code created."""
     place = Place(engine, tmp_path)
     try:
         fresh = place.fresh()
         schema, path = place.new()
-        place.run(schema, path, old_script("v3", engine, schema))
+        place.run(schema, path, old_script(CURRENT, engine, schema))
         assert place.layout(schema, path) == fresh
         schema, path = place.new()
-        assert place.migrate(schema, path) == [1, 2, 3]
+        assert place.migrate(schema, path) == [1, 2, 3, 4, 5, 6, 7]
         assert place.migrate(schema, path) == []
         assert place.version(schema, path) == SCHEMA_VERSION
         assert place.query(
@@ -359,7 +369,10 @@ def test_sqlite_printed_script_on_a_fresh_file_and_on_older_files(tmp_path):
     """SQLite's printed script is the final layout with IF NOT EXISTS: a fresh file gets
     exactly the migrations' layout at the latest version (twice: idempotent); an older
     file gets the new tables but not the columns it cannot add idempotently, so it keeps
-    its version (``setup=False`` refuses it) until the migrations run."""
+    its version (``setup=False`` refuses it) until the migrations run. Since version 6
+    such a file also stops the script at its last index, jobs_unique, whose column it
+    lacks ("no such column"), just before the version it would not have stamped; a
+    version-6 file at jobs_limit_claimed (version 7's limit_key)."""
     place = Place("sqlite", tmp_path)
     fresh = place.fresh()
     schema, path = place.new()
@@ -373,9 +386,14 @@ def test_sqlite_printed_script_on_a_fresh_file_and_on_older_files(tmp_path):
         schema, path = place.new()
         place.run(schema, path, old_script(name, "sqlite", schema))
         insert_rows(place, schema, path)
-        place.run(schema, path, ddl_script(schema, "sqlite"))
-        assert place.version(schema, path) == version
-        assert place.migrate(schema, path) == list(range(version + 1, SCHEMA_VERSION + 1))
+        lacks = "limit_key" if version == 6 else "unique_key"  # its first index's column
+        with pytest.raises(sqlite3.OperationalError, match=f"no such column: {lacks}"):
+            place.run(schema, path, ddl_script(schema, "sqlite"))
+        # Versions 4 and 5 only add tables, version 6 adds columns: no earlier file is
+        # complete after the script.
+        after = version
+        assert place.version(schema, path) == after
+        assert place.migrate(schema, path) == list(range(after + 1, SCHEMA_VERSION + 1))
         assert place.layout(schema, path) == fresh
         assert_rows_kept(place, schema, path)
 
@@ -422,7 +440,7 @@ def test_sqlite_add_column_already_there_is_skipped(tmp_path):
         f"DROP TABLE {t.qualified(t.offers)};"
         f"UPDATE {t.qualified(t.meta)} SET value = '2' WHERE key = 'schema_version';",
     )
-    assert place.migrate(schema, path) == [3]
+    assert place.migrate(schema, path) == [3, 4, 5, 6, 7]
     assert place.layout(schema, path) == fresh
 
 

@@ -19,6 +19,7 @@ import uuid
 import psycopg
 import pytest
 
+from kombu_alkstore.maintenance import LEASE
 from tests.conftest import Target
 from tests.helpers import make_app, options_env, read_record, wait_for, worker_process
 
@@ -44,9 +45,15 @@ def _named(pg_target: Target, prefix: str) -> tuple[Target, str]:
 
 
 def test_an_idle_worker_holds_two_connections(pg_target, tmp_path):
+    """Its loop refreshes its queues and asks for the maintenance lease on its claims
+    connection. (The one worker holding the lease runs each round on a pooled connection
+    from its housekeeping thread, which it then holds for pool_max_idle: here another
+    holds the lease.)"""
     target, name = _named(pg_target, "idle")
     env = options_env(pool_max_idle=1.0, polling_interval=2.0, sweep_interval=5.0)
     record = tmp_path / "record.tsv"
+    with pg_target.open() as store:
+        assert store.lease_acquire(LEASE, "another-worker", 600)
     with worker_process(target, record, "-P", "prefork", "-c", "2", **env) as proc:
         wait_for(lambda: _connections(pg_target.url, name) >= 2, 60, interval=0.2)
         time.sleep(4)  # start-up (declares, mingle) is over; its pooled connection closes

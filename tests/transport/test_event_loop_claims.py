@@ -50,7 +50,9 @@ def test_claims_in_the_loop_deliver_and_ack(hub_connection, pg_target):
 def test_a_claim_answered_after_its_consumer_left_is_handed_back(hub_connection, pg_target):
     conn, consumer, got, _ = hub_connection
     claims = conn.transport.claims
-    consumer.channel.request_claim(claims)  # in flight; the loop has not run yet
+    conn.transport.scheduler.request_claim(
+        consumer.channel, claims
+    )  # in flight; the loop has not run yet
     consumer.cancel()
     claims.wait()  # the answer arrives for a channel no longer consuming "q"
     assert got == []
@@ -82,12 +84,12 @@ def test_a_wake_up_during_a_claim_in_flight_claims_again(hub_connection, pg_targ
     wake-up must not be swallowed by the one-claim-at-a-time rule."""
     conn, consumer, got, _ = hub_connection
     transport, claims = conn.transport, conn.transport.claims
-    consumer.channel.request_claim(claims)
+    conn.transport.scheduler.request_claim(consumer.channel, claims)
     assert select.select([claims.fileno()], [], [], 5)[0]  # claimed; answer not read yet
     with conn.Producer() as producer:
         producer.publish({"i": 5}, routing_key="q")  # commits after the claim looked
     assert select.select([transport.waiter.fileno()], [], [], 5)[0]
-    transport._on_readable()  # its NOTIFY, while the claim is still in flight
+    transport.on_readable()  # its NOTIFY, while the claim is still in flight
     claims.on_readable()
     assert sorted(m.payload["i"] for m in got) == list(range(5))
     transport._on_tick()  # the loop's next turn claims again
@@ -95,10 +97,15 @@ def test_a_wake_up_during_a_claim_in_flight_claims_again(hub_connection, pg_targ
     assert sorted(m.payload["i"] for m in got) == list(range(6))
 
 
-def test_a_refused_late_ack_names_the_timeout_its_publisher_stamped(pg_target, caplog):
+@pytest.mark.parametrize("max_attempts", [3, 1])
+def test_a_refused_late_ack_names_the_timeout_its_publisher_stamped(
+    pg_target, caplog, max_attempts
+):
     """A claim that lapsed before its ack: the warning says which visibility timeout the
-    job carried (a storm of claims lapsing at once then names its cause in the log)."""
-    opts = dict(pg_target.transport_options, visibility_timeout=1.25)
+    job carried (a storm of claims lapsing at once then names its cause in the log), and
+    what becomes of it: delivered again, or dead-lettered when its attempts are spent
+    (issue 29, item 13: it said "delivered again" either way)."""
+    opts = dict(pg_target.transport_options, visibility_timeout=1.25, max_attempts=max_attempts)
     with Connection(pg_target.broker_url, transport_options=opts) as conn:
         queue = Queue("q", routing_key="q")
         with conn.Producer() as producer:
@@ -111,4 +118,32 @@ def test_a_refused_late_ack_names_the_timeout_its_publisher_stamped(pg_target, c
             message.ack()
     refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert refused and "visibility timeout 1.25 s" in refused[0], refused
+    if max_attempts == 1:
+        assert "attempts are spent (1/1): it goes to the dead letters" in refused[0], refused
+        return
+    assert "it will be delivered again" in refused[0], refused
     assert _counts(pg_target) == (0, 1, 0)  # still there, claimable again
+
+
+def test_a_consumer_cancelled_mid_batch_gets_the_rest_handed_back(pg_target):
+    """Celery cancels a consumer from a delivered message (a control command) while the
+    batch it came in is being delivered: the rest go back pending with their attempts
+    refunded, not through kombu's no-consumer reject (without this each spent an attempt:
+    attempts 2 when claimed again; with max_attempts 1 they would be dead letters)."""
+    with Connection(pg_target.broker_url, transport_options=pg_target.transport_options) as c:
+        queue = Queue("q", routing_key="q")
+        with c.Producer() as producer:
+            for i in range(5):
+                producer.publish({"i": i}, routing_key="q", declare=[queue])
+    with consumer_in_hub(pg_target) as (conn, consumer, got, hub):
+        consumer.register_callback(lambda body, message: consumer.cancel())
+        run_until(hub, lambda: len(got) >= 1)
+        conn.transport.claims.wait()
+        hub.run_once()
+        assert len(got) == 1
+        assert _counts(pg_target) == (4, 1, 0)  # not dead: back in the queue
+        store = pg_target.open()
+        try:  # handed back with the attempt refunded
+            assert [d.attempts for d in store.claim(["q"], 10)] == [1] * 4
+        finally:
+            store.close()

@@ -217,10 +217,12 @@ def test_a_claim_in_flight_withdraws_the_offer_first(idle_consumer, pg_target):
     ):
         for i in range(2):  # pending (a caller's transaction never hands off)
             c.Producer().publish({"i": i}, routing_key="q")
-    consumer.channel.request_claim(conn.transport.claims)  # sized to both free slots
+    conn.transport.scheduler.request_claim(
+        consumer.channel, conn.transport.claims
+    )  # sized to both free slots
     publish(pg_target, {"i": 2})  # the offer must be gone by now
     time.sleep(0.2)
-    conn.transport._on_readable()  # the LISTEN socket read before the claim's answer
+    conn.transport.on_readable()  # the LISTEN socket read before the claim's answer
     run_until(hub, lambda: len(got) >= 2)
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:

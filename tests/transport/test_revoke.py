@@ -10,9 +10,11 @@ import signal
 import time
 import uuid
 
+import psycopg
 import pytest
 from celery.exceptions import TaskRevokedError
 
+import kombu_alkstore
 from tests.helpers import kill_group, make_app, read_record, thread_worker, wait_for, worker_process
 
 REDIS = "redis://127.0.0.1:6379/{db}"
@@ -133,3 +135,35 @@ def test_control_messages_are_served_before_tasks_that_came_with_them(target):
             producer.publish("revoke", routing_key="ctl", declare=[Queue("ctl")])
         conn.drain_events(timeout=5)  # one look at every consuming channel
         assert seen[:1] == ["revoke"], seen
+
+
+def test_a_revoke_in_a_long_transaction_holds_back_no_heartbeat(pg_target, tmp_path):
+    """A revoke made inside ``kombu_alkstore.transaction(conn)`` (a web request revoking
+    a task, then doing more work before it commits) locks no job row: the worker holding
+    that task prefetched, and a long task beside it, keep heartbeating (issue 29, defect
+    4: the mark was an UPDATE of the job row, the worker's one heartbeat statement for all
+    its claims waited on it, the long task's 3 s claim lapsed and it ran twice)."""
+    target = pg_target
+    record = tmp_path / "record.txt"
+    producer = make_app(target, transport_options={"visibility_timeout": 3})
+    env = {"ALKSTORE_TEST_ACKS_LATE": "1", "ALKSTORE_TEST_PREFETCH": "2"}
+    with (
+        target.open() as store,
+        worker_process(target, record, "--pool", "threads", "-c", "1", **env),
+    ):
+        long = producer.send_task("tests.apps.proj.mark", ("long",), {"sleep": 10})
+        wait_for(lambda: (j := store.get_job(long.id)) and j.state == "processing", 60)
+        behind = producer.send_task("tests.apps.proj.mark", ("behind",))
+        # Prefetched: held by the worker (heartbeated with the long one), not running.
+        wait_for(lambda: (j := store.get_job(behind.id)) and j.state == "processing", 30)
+        with psycopg.connect(target.url) as conn:
+            with kombu_alkstore.transaction(conn):
+                producer.control.revoke(behind.id)
+                time.sleep(7)  # the request goes on: more than twice the claims' timeout
+            conn.commit()
+        wait_for(lambda: any(r[0] == "long" for r in read_record(record)), 30)
+        wait_for(lambda: store.get_job(long.id) is None, 10)  # its ack landed
+        time.sleep(2)
+    runs = [r[0] for r in read_record(record)]
+    # Once. (Whether the revoked one runs is Celery's: a threads pool has taken it already.)
+    assert runs.count("long") == 1, runs

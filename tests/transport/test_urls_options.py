@@ -66,6 +66,28 @@ def test_unknown_option_is_a_warning_naming_it():
     assert any("visiblity" in str(w.message) for w in caught)
 
 
+def test_a_redis_option_left_in_says_what_to_use_instead():
+    """An app switched from Redis keeps its options; the warning names our equivalent
+    (issue 33)."""
+    options = {"global_keyprefix": "app1:"}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Connection("alkstore+sqlite:///x.db", transport_options=options).transport  # noqa: B018
+    (message,) = [str(w.message) for w in caught if "global_keyprefix" in str(w.message)]
+    assert "use the option 'schema'" in message, message
+
+
+def test_durable_publish_off_behind_a_transaction_pooler_is_a_warning():
+    """It cannot take effect there (the pooler refuses the session option), so it says
+    so rather than doing nothing silently (issue 29, item 13)."""
+    listen = "postgresql://postgres@127.0.0.1:5432/test"
+    options = {"transaction_pooler": True, "durable_publish": False, "listen_url": listen}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Connection("alkstore+sqlite:///x.db", transport_options=options).transport  # noqa: B018
+    assert any("durable_publish=False has no effect" in str(w.message) for w in caught)
+
+
 @pytest.mark.parametrize("url", ["alkstore+mysql://x/y", "alkstore+sqlite://", "alkstore+foo://x"])
 def test_bad_url_is_a_clear_error(url):
     with pytest.raises((ConfigurationError, ValueError)):
@@ -83,6 +105,9 @@ def test_bad_url_is_a_clear_error(url):
         ({"heartbeat_interval": 400}, "heartbeat_interval"),  # default timeout 300 s
         # shorter than a claim's delivery: every claim lapses, a storm of duplicate runs
         ({"visibility_timeout": 0.005}, "visibility_timeout .* at least 1"),
+        # live workers' queues would be dropped between their refreshes (issue 29, 2)
+        ({"queue_expiry_grace": 0}, "queue_expiry_grace .* twice sweep_interval"),
+        ({"queue_expiry_grace": 50, "sweep_interval": 30}, "queue_expiry_grace"),
     ],
 )
 def test_infinite_and_inconsistent_options_are_refused(options, name):

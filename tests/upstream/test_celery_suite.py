@@ -43,7 +43,7 @@ def celery_results(tmp_path_factory) -> dict[str, runner.SuiteResult]:
         list(results.values()),
         {
             "versions": celery_suite.environment_summary(),
-            "modules": list(celery_suite.MODULES),
+            "modules": celery_suite.present(started.runs[0].running.rundir),
             "rerun": {label: r.outcomes for label, r in rerun.items()},
         },
     )

@@ -9,9 +9,10 @@ import time
 from playwright.sync_api import expect
 
 from kombu_alkstore.store.admin import DeadFilter
-from kombu_alkstore.web import queries
+from kombu_alkstore.web import bulk
 from tests.helpers import make_app, thread_worker, wait_for
 from tests.web.conftest import login, start_dashboard
+from tests.web.test_safety import celery_body
 
 
 def reload_until(page, url: str, selector: str, text: str, timeout: float = 15) -> None:
@@ -122,7 +123,7 @@ def test_toggle_a_schedule_and_run_it_now(dashboard, page, pg_target):
 
 
 def test_requeue_all_matching_in_batches_with_progress(dashboard, page, monkeypatch):
-    monkeypatch.setattr(queries, "BULK_BATCH", 7)
+    monkeypatch.setattr(bulk, "BULK_BATCH", 7)
     store = dashboard.store
     for i in range(30):
         queue = "bulk" if i % 3 else "keep"
@@ -133,6 +134,12 @@ def test_requeue_all_matching_in_batches_with_progress(dashboard, page, monkeypa
     page.goto(dashboard.url + "/dead?queue=bulk&error=boom")
     expect(page.locator("#match-count")).to_contain_text("20 matching")
     page.fill("#requeue-all input[name=to]", "retried")
+    asked: list[str] = []
+    page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
+    page.click("#requeue-all button")  # dismissed: nothing moves
+    assert asked == ["Requeue 20 matching dead letters?"]
+    assert store.dead_count() == 30 and page.locator("#finished").count() == 0
+    page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
     page.click("#requeue-all button")
     expect(page.locator("#finished")).to_be_visible()
     expect(page.locator("#progress")).to_contain_text("20 / 20")
@@ -178,4 +185,34 @@ def test_consumers_shows_the_worker_holding_a_claim(pg_target, page):
             release.set()
     finally:
         release.set()
+        stop()
+
+
+def test_requeue_all_warns_of_a_task_no_worker_registered(pg_target, page):
+    """A real worker answers ``inspect registered``: the dead letters of a task it does not
+    define are named on the page and in the question before "Requeue all matching"."""
+    live, stop = start_dashboard(pg_target, inspect=True, inspect_every=0.5)
+    try:
+        app, _ = recording_app(pg_target, [])
+        store = live.store
+        for task in ("tasks.record", "tasks.gone"):
+            store.enqueue("parked", celery_body(task, [1]))
+        store.fail(store.claim(["parked"], 2), "RuntimeError: boom")
+        with thread_worker(app, concurrency=1, hostname="known@test"):
+            wait_for(lambda: live.dashboard.inspector.registered, timeout=30)
+            assert "tasks.record" in live.dashboard.inspector.registered
+            login(page, live.url)
+            page.goto(live.url + "/dead?queue=parked")
+            warning = (
+                "Some of these dead letters are of tasks no running worker has registered: "
+                "tasks.gone. Requeueing will not fix them: deploy a worker that defines the "
+                "task first."
+            )
+            expect(page.locator("#unregistered")).to_have_text(warning)
+            asked: list[str] = []
+            page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
+            page.click("#requeue-all button")
+            assert asked == ["Requeue 2 matching dead letters? " + warning]
+            assert store.dead_count() == 2
+    finally:
         stop()

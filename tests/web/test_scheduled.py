@@ -65,7 +65,7 @@ def test_a_countdown_task_is_listed_with_eta_task_id_and_queue(live, target):
     assert cell(first, "task") == "tasks.later"
     assert cell(first, "task-id") == result.id
     assert cell(first, "queue") == "slow"
-    assert cell(first, "eta") == web_app.fmt_time(job.run_at)
+    assert cell(first, "eta") == web_app.page_time(job.run_at)
     assert re.fullmatch(r"in (9m5\ds|10m00s)", cell(first, "in"))
 
     # The queue filter (a bound parameter of Store.scheduled).

@@ -26,54 +26,27 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ..base import (
-    Answer,
-    ClaimSession,
-    Delivery,
-    RatePoint,
-    Row,
-    check_lease_ttl,
-)
+from ..admin import RatePoint
+from ..checks import check_lease_ttl
+from ..claims import Answer, ClaimSession
+from ..values import Delivery
 from .session import Answer as Rows
 from .session import PipelineSession
+from .statements import (
+    SESSION_STATEMENTS,
+    claim_key,
+    claim_params,
+    claimed_deliveries,
+    handles,
+    pend_params,
+    rates_params,
+)
 
 if TYPE_CHECKING:
     from .store import PostgresStore
 
-#: The statements a claim session prepares.
-STATEMENTS = (
-    "claim_one",
-    "claim_any",
-    "ack",
-    "heartbeat",
-    "pend",
-    "has_due",
-    "next_due",
-    "touch_queues",
-    "register",
-    "lease_acquire",
-    "rates_add",
-    "rates_trim",
-    "maintenance_round",
-)
 #: Seconds :meth:`PostgresClaimSession.wait` waits for the server before it gives up.
 WAIT_TIMEOUT = 30.0
-
-
-def claim_key(queues: Sequence[str]) -> str:
-    """The claim statement for these (distinct) queues: one queue walks the claim index
-    in order; several take the best rows of each."""
-    return "claim_one" if len(queues) == 1 else "claim_any"
-
-
-def claimed_deliveries(rows: Sequence[Row]) -> tuple[list[Delivery], bool]:
-    """A claim's rows as deliveries (in claim order), and whether spent jobs (moved to
-    the dead letters) took places in the batch, so more may be due."""
-    claimed = [dict(r) for r in rows if r["id"] is not None]
-    claimed.sort(key=lambda r: (-r["priority"], r["was_due"], r["id"]))  # the claim order
-    for r in claimed:
-        del r["was_due"]
-    return [Delivery(**r) for r in claimed], len(claimed) < len(rows)
 
 
 class PostgresClaimSession(ClaimSession):
@@ -81,9 +54,11 @@ class PostgresClaimSession(ClaimSession):
 
     def __init__(self, store: PostgresStore, conn: psycopg.Connection) -> None:
         self._store = store
-        statements = {key: store._sql[key] for key in STATEMENTS}
+        self._statements = store.statements
         prepared = not store.options.transaction_pooler
-        self._pipe = PipelineSession(conn, statements, prepared=prepared)
+        self._pipe = PipelineSession(
+            conn, self._statements.subset(SESSION_STATEMENTS), prepared=prepared
+        )
         #: Callbacks of the requests sent and not yet answered, oldest first.
         self._waiting: deque[Callable[[Rows], None]] = deque()
         self.broken = False
@@ -136,8 +111,7 @@ class PostgresClaimSession(ClaimSession):
             else:
                 callback(*claimed_deliveries(rows))
 
-        params = {"queues": queues, "queue": queues[0], "limit": int(limit)}
-        self._send(claim_key(queues), params, answered)
+        self._send(claim_key(queues), claim_params(queues, int(limit)), answered)
 
     def ack(self, deliveries: Sequence[Delivery], callback: Answer) -> None:
         held = list(deliveries)
@@ -150,14 +124,14 @@ class PostgresClaimSession(ClaimSession):
             self._store.rates_tally.acked(held, landed)
             callback(landed)
 
-        self._send("ack", self._store._handles(held), answered)
+        self._send("ack", handles(held), answered)
 
     def heartbeat(self, deliveries: Sequence[Delivery], callback: Answer) -> None:
-        params = {**self._store._handles(list(deliveries)), "extend": None}
+        params = {**handles(list(deliveries)), "extend": None}
         self._send("heartbeat", params, _outcome(callback, _ids))
 
     def release(self, deliveries: Sequence[Delivery], callback: Answer) -> None:
-        params = self._store._pend_params([(d, 0.0, 1) for d in deliveries])
+        params = pend_params([(d, 0.0, 1) for d in deliveries])
         self._send("pend", params, _outcome(callback, _ids))
 
     def has_due(self, queues: Sequence[str], callback: Answer) -> None:
@@ -171,7 +145,15 @@ class PostgresClaimSession(ClaimSession):
         self._send("next_due", params, _outcome(callback, lambda rows: rows[0]["next_due"]))
 
     def touch_queues(self, queues: Sequence[str], callback: Answer) -> None:
-        self._send("touch_queues", {"names": list(queues)}, _outcome(callback, _none))
+        def touched(rows: Rows) -> set[str] | BaseException:
+            return rows if isinstance(rows, BaseException) else {r["name"] for r in rows}
+
+        self._send("touch_queues", {"names": list(queues)}, lambda rows: callback(touched(rows)))
+
+    def lease_acquire(self, name: str, owner: str, ttl: float, callback: Answer) -> None:
+        check_lease_ttl(ttl)
+        params = {"name": name, "owner": owner, "ttl": ttl}
+        self._send("lease_acquire", params, _outcome(callback, bool))
 
     def register(
         self, address: int, chan: int, queues: Sequence[str], slots: int, callback: Answer
@@ -183,20 +165,10 @@ class PostgresClaimSession(ClaimSession):
         self, rows: Sequence[RatePoint], trim_before: float | None, callback: Answer
     ) -> None:
         if rows:
-            params = self._store._rates_params(list(rows))
+            params = rates_params(list(rows))
             self._send("rates_add", params, _outcome(callback, _none))
         if trim_before is not None:
             self._send("rates_trim", {"before": trim_before}, _outcome(callback, _none))
-
-    def lease_acquire(self, name: str, owner: str, ttl: float, callback: Answer) -> None:
-        check_lease_ttl(ttl)
-        params = {"name": name, "owner": owner, "ttl": ttl}
-        self._send("lease_acquire", params, _outcome(callback, bool))
-
-    def maintain_round(self, callback: Answer) -> None:
-        store = self._store
-        params = store._maintenance_params()
-        self._send("maintenance_round", params, _outcome(callback, store._round))
 
     # ---------------------------------------------------------------- plumbing
     def _send(self, key: str, params: Mapping[str, Any], callback: Callable[[Rows], None]) -> None:
@@ -206,7 +178,7 @@ class PostgresClaimSession(ClaimSession):
         if self.broken:
             raise psycopg.OperationalError("the claim connection was lost")
         try:
-            self._pipe.send([(key, self._store._params(params))])
+            self._pipe.send([(key, self._statements.params(params))])
             self._waiting.append(callback)
             self._pipe.flush(self.on_readable)  # rare: the socket buffer is full
         except psycopg.OperationalError as exc:

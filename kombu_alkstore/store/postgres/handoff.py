@@ -9,7 +9,7 @@ builds it and sends it with NOTIFY on the waiter's own channel (the prefix
            "msg_id": "…", "body": "<base64>", "visibility_timeout": 30.0}]
 
 ``chan`` is the channel the offer was made for; the other keys are the
-:class:`~..base.Delivery` fields, the body in base64. The publisher hands a job off only
+:class:`~..values.Delivery` fields, the body in base64. The publisher hands a job off only
 when its queue, message id and base64 body fit in ``handoff_max_bytes`` (7600 bytes of
 JSON), so the whole notification stays below NOTIFY's 8000-byte payload limit.
 :func:`decode` is the one reader of this format.
@@ -27,7 +27,7 @@ import base64
 import binascii
 import json
 
-from ..base import Delivery
+from ..values import Delivery
 
 #: Errors :func:`decode` raises for a payload that is not a hand-off object.
 DECODE_ERRORS = (ValueError, TypeError, KeyError, binascii.Error)

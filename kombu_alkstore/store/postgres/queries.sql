@@ -21,6 +21,11 @@ unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
 -- The validity of an operation on a claim: right token, still held, deadline not passed.
 j.id = h.id AND j.token = h.token AND j.state = 'processing' AND j.deadline > {now}
 
+-- fragment: revoked
+-- Whether job j's task was revoked (Store.revoke); jobs.revoked_at holds the marks a
+-- version-4 store made.
+(j.revoked_at IS NOT NULL OR EXISTS (SELECT 1 FROM {revokes} r WHERE r.msg_id = j.msg_id))
+
 -- fragment: paused
 -- The paused queue names (see Store.pause_queue): claims and the due checks skip them
 -- with "<queue> <> ALL({paused})". Read once per statement (an InitPlan over the small
@@ -100,6 +105,10 @@ last_run_at, run_count, last_error, run_requested
 -- name: ping
 SELECT 1 AS ok
 
+-- name: clock
+-- The database's clock now (not the statement's start): Store.measure_clock.
+SELECT extract(epoch FROM clock_timestamp())::float8 AS now
+
 -- name: setup_lock
 -- Serialise concurrent setups of this schema (CREATE ... IF NOT EXISTS races).
 SELECT pg_advisory_xact_lock(hashtext(%(channel)s))
@@ -165,6 +174,10 @@ w AS (
       -- is probed only when a worker is idle)
       AND NOT EXISTS (SELECT 1 FROM {paused_queues} pq
                       WHERE pq.queue = %(queue)s AND o.slots > 0)
+      -- nor one of a queue with a concurrency limit: only a claim counts the queue's
+      -- claims (under the limit's lock), so a job of such a queue waits to be claimed
+      AND NOT EXISTS (SELECT 1 FROM {queues} lq
+                      WHERE lq.name = %(queue)s AND o.slots > 0 AND {has_limit})
     ORDER BY o.slots DESC  -- the idlest: a burst spreads over the idle workers
     LIMIT 1
     FOR UPDATE OF o SKIP LOCKED
@@ -175,14 +188,15 @@ w AS (
 ins AS (
   INSERT INTO {jobs} (queue, msg_id, body, priority, run_at, expires_at, max_attempts,
                       visibility_timeout, backoff_base, created_at,
-                      state, attempts, token, deadline)
+                      state, attempts, token, deadline, limit_key)
   SELECT %(queue)s, %(msg_id)s, %(body)s::bytea, %(priority)s,
          CASE WHEN w.pid IS NULL THEN v.run_at ELSE v.now + v.vt END,
          v.expires_at, v.max_attempts, v.vt, v.bb, v.now,
          CASE WHEN w.pid IS NULL THEN 'pending' ELSE 'processing' END,
          CASE WHEN w.pid IS NULL THEN 0 ELSE 1 END,
          CASE WHEN w.pid IS NULL THEN NULL ELSE {token} END,
-         CASE WHEN w.pid IS NULL THEN NULL ELSE v.now + v.vt END
+         CASE WHEN w.pid IS NULL THEN NULL ELSE v.now + v.vt END,
+         %(limit_key)s::text
   FROM v LEFT JOIN w ON true
   RETURNING id, queue, run_at, token, priority, attempts, max_attempts, backoff_base,
             deadline, msg_id, body, visibility_timeout
@@ -192,6 +206,35 @@ SELECT ins.id, CASE
   ELSE pg_notify({handoff_prefix} || w.pid, {handoff_object})
   END AS notified
 FROM ins LEFT JOIN w ON true
+
+-- name: insert_unique
+-- A job with a unique key (see store/unique.py): inserted unless a live job of its queue
+-- holds the key (the partial unique index jobs_unique, named by its columns and
+-- predicate), then pending and announced as "insert" does. Such a job is never handed
+-- off: the hand-off locks an idle worker's offer row, and an insert whose key is held by
+-- a publish not yet committed waits for that transaction, so it would hold the offer
+-- (and the worker's next register) for as long. A duplicate inserts nothing, announces
+-- nothing and returns no row.
+WITH q AS (SELECT * FROM {queues} WHERE name = %(queue)s),
+ins AS (
+  INSERT INTO {jobs} (queue, msg_id, body, priority, run_at, expires_at, max_attempts,
+                      visibility_timeout, backoff_base, created_at, unique_key,
+                      unique_claimed, limit_key)
+  SELECT %(queue)s, %(msg_id)s, %(body)s::bytea, %(priority)s,
+         COALESCE({now} + %(delay)s::float8, %(run_at)s::float8, {now}),
+         COALESCE(%(expires_at)s::float8, {now} + (SELECT message_ttl FROM q)),
+         COALESCE(%(ma)s::int, (SELECT max_attempts FROM q), %(d_ma)s::int),
+         COALESCE(%(vt)s::float8, (SELECT visibility_timeout FROM q), %(d_vt)s::float8),
+         COALESCE(%(bb)s::float8, (SELECT backoff_base FROM q), %(d_bb)s::float8),
+         {now}, %(unique_key)s::text, %(unique_claimed)s::boolean, %(limit_key)s::text
+  ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+  RETURNING id, queue, run_at
+)
+SELECT id, {wake} AS notified FROM ins
+
+-- name: unique_holder
+-- The live job holding a unique key in a queue (at most one: the index jobs_unique).
+SELECT {job_read} FROM {jobs} WHERE queue = %(queue)s AND unique_key = %(unique_key)s
 
 -- fragment: handoff_object
 -- The hand-off wire format: ["h", object], the object holding the Delivery's fields by
@@ -204,22 +247,47 @@ json_build_array('h', json_build_object(
   'body', encode(ins.body, 'base64'), 'visibility_timeout', ins.visibility_timeout
 ))::text
 
+-- fragment: has_limit
+-- A queue row (alias lq) with a concurrency limit (migration 0007).
+(lq.max_claimed IS NOT NULL OR lq.key_limits IS NOT NULL)
+
+-- fragment: limited
+-- The claim's queues that have a limit (docs/flow-control.md): for a queue without one a
+-- primary-key probe of the queues table, and the claim goes on as before; the others'
+-- jobs are picked by {limited_due} (migration 0007), which locks their rows and counts
+-- their claims race-free.
+SELECT lq.name FROM {queues} lq WHERE lq.name = ANY(%(queues)s::text[]) AND {has_limit}
+
+-- fragment: limit_scan
+-- How many due jobs a claim on a queue with per-key limits looks at (at least its
+-- batch): jobs beyond them wait for the next claim even when their keys have room.
+256
+
+-- fragment: limited_pick
+-- The limited queues' candidates, only when the claim has such a queue (a one-time
+-- filter: otherwise the function is not called).
+SELECT p.id, p.priority, p.run_at, p.spent
+FROM {limited_due}(%(queues)s::text[], %(limit)s::int, {now}, {limit_scan}) p
+WHERE EXISTS (SELECT 1 FROM lim)
+LIMIT %(limit)s
+
 -- fragment: due_one
--- The claim's candidates on one queue. "queue = %(queue)s" lets the planner walk the
--- claim index in order and stop at LIMIT.
+-- The claim's candidates on one queue without a limit. "queue = %(queue)s" lets the
+-- planner walk the claim index in order and stop at LIMIT.
 SELECT j.id, j.run_at AS was_due, (j.attempts >= j.max_attempts) AS spent
 FROM {jobs} j
 WHERE j.queue = %(queue)s AND j.run_at <= {now}
   AND (j.expires_at IS NULL OR j.expires_at > {now})
   AND %(queue)s <> ALL({paused})
+  AND NOT EXISTS (SELECT 1 FROM lim)
 ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- fragment: due_any
--- The candidates on several queues: "queue = ANY(...)" would gather and sort every due
--- row, so the best rows of each queue (each an ordered index walk), then the best overall.
-SELECT c.id, c.run_at AS was_due, c.spent
+-- The candidates on several queues without a limit: "queue = ANY(...)" would gather and
+-- sort every due row, so the best rows of each queue (each an ordered index walk).
+SELECT c.id, c.priority, c.run_at, c.spent
 FROM unnest(%(queues)s::text[]) AS qn(name)
 CROSS JOIN LATERAL (
   SELECT j.id, j.priority, j.run_at, (j.attempts >= j.max_attempts) AS spent
@@ -230,9 +298,7 @@ CROSS JOIN LATERAL (
   LIMIT %(limit)s
   FOR UPDATE SKIP LOCKED
 ) c
-WHERE qn.name <> ALL({paused})
-ORDER BY c.priority DESC, c.run_at, c.id
-LIMIT %(limit)s
+WHERE qn.name <> ALL({paused}) AND qn.name <> ALL(ARRAY(SELECT name FROM lim))
 
 -- fragment: claim_due
 -- Claim the candidates "due": a spent one (a lapsed claim with no attempt left) goes to
@@ -249,12 +315,14 @@ claimed AS (
   UPDATE {jobs} j
   SET state = 'processing', attempts = j.attempts + 1,
       token = {token},
-      deadline = {now} + j.visibility_timeout, run_at = {now} + j.visibility_timeout
+      deadline = {now} + j.visibility_timeout, run_at = {now} + j.visibility_timeout,
+      -- a key held only while waiting (unique_claimed false) is free once claimed
+      unique_key = CASE WHEN j.unique_claimed THEN j.unique_key END
   FROM due
   WHERE j.id = due.id AND NOT due.spent
   RETURNING j.id, j.token, j.queue, j.body, j.priority, j.attempts, j.max_attempts,
             j.backoff_base, j.deadline, due.was_due, j.msg_id, j.visibility_timeout,
-            j.revoked_at IS NOT NULL AS revoked
+            {revoked} AS revoked
 )
 SELECT * FROM claimed
 UNION ALL
@@ -262,18 +330,43 @@ SELECT NULL, NULL, NULL, NULL, NULL, count(*)::int, NULL, NULL, NULL, NULL, NULL
 FROM buried HAVING count(*) > 0
 
 -- name: claim_one
-WITH due AS ({due_one}),
+WITH lim AS ({limited}),
+due AS (
+  SELECT f.id, f.was_due, f.spent FROM ({due_one}) f
+  UNION ALL
+  SELECT p.id, p.run_at, p.spent FROM ({limited_pick}) p
+),
 {claim_due}
 
 -- name: claim_any
-WITH due AS ({due_any}),
+-- The best of every queue's candidates, the limited queues' within their limits.
+WITH lim AS ({limited}),
+due AS (
+  SELECT a.id, a.run_at AS was_due, a.spent FROM (
+    SELECT f.id, f.priority, f.run_at, f.spent FROM ({due_any}) f
+    UNION ALL
+    {limited_pick}
+  ) a
+  ORDER BY a.priority DESC, a.run_at, a.id
+  LIMIT %(limit)s
+),
 {claim_due}
 
+-- fragment: full
+-- Queue qn.name has a concurrency limit and it is reached (migration 0007): nothing of
+-- it can be claimed until a claim ends, which announces the queue (see freed). One
+-- primary-key probe of a queue without a limit.
+EXISTS (SELECT 1 FROM {queues} lq
+        WHERE lq.name = qn.name AND lq.max_claimed IS NOT NULL
+          AND lq.max_claimed <= (SELECT count(*) FROM {jobs} x WHERE x.queue = lq.name
+                                 AND x.state = 'processing' AND x.deadline > {now}))
+
 -- name: has_due
+-- Due work a claim may take (not of a queue at its limit).
 SELECT EXISTS (
   SELECT 1 FROM unnest(%(queues)s::text[]) AS qn(name)
   WHERE EXISTS (SELECT 1 FROM {jobs} j WHERE j.queue = qn.name AND j.run_at <= {now})
-    AND qn.name <> ALL({paused})
+    AND qn.name <> ALL({paused}) AND NOT {full}
 ) AS due
 
 -- name: size
@@ -297,11 +390,24 @@ CROSS JOIN LATERAL (
           ORDER BY j.run_at LIMIT 1) AS run_at
   FROM prio WHERE prio.p IS NOT NULL
 ) first
-WHERE qn.name <> ALL({paused})
+WHERE qn.name <> ALL({paused}) AND NOT {full}
+
+-- fragment: freed
+-- A slot freed: the queues of the rows "gone" that have a concurrency limit are
+-- announced (their consumers claim again: one refused by the limit waits for this).
+-- One primary-key probe per queue acked; queues without a limit announce nothing.
+freed AS (
+  SELECT {wake_now} AS notified FROM (SELECT DISTINCT queue FROM gone) g
+  WHERE EXISTS (SELECT 1 FROM {queues} lq WHERE lq.name = g.queue AND {has_limit})
+)
 
 -- name: ack
-DELETE FROM {jobs} j USING {held_handles}
-WHERE {held} RETURNING j.id
+WITH gone AS (
+  DELETE FROM {jobs} j USING {held_handles}
+  WHERE {held} RETURNING j.id, j.queue
+),
+{freed}
+SELECT g.id FROM gone g, (SELECT count(*) FROM freed) f
 
 -- name: heartbeat
 UPDATE {jobs} j
@@ -325,17 +431,24 @@ SELECT id, {wake} AS notified FROM moved
 WITH gone AS (
   DELETE FROM {jobs} j USING {held_handles}
   WHERE {held} RETURNING j.*
+),
+{freed},
+buried AS (
+  INSERT INTO {dead} ({dead_columns}, died_at, last_error)
+  SELECT {dead_columns}, {now}, %(error)s FROM gone RETURNING id
 )
-INSERT INTO {dead} ({dead_columns}, died_at, last_error)
-SELECT {dead_columns}, {now}, %(error)s FROM gone RETURNING id
+SELECT b.id FROM buried b, (SELECT count(*) FROM freed) f
 
 -- name: revoke
--- A revoke is an operator's rare act: a scan of the jobs by task id is fine here.
-UPDATE {jobs} SET revoked_at = {now}
-WHERE msg_id = ANY(%(ids)s::text[]) AND revoked_at IS NULL
+-- A revoke is an operator's rare act: a scan of the jobs by task id is fine here. It
+-- reads the jobs and writes {revokes} only, so it locks no job row (a revoke inside a
+-- caller's long transaction must not hold back the heartbeat of the worker running it).
+INSERT INTO {revokes} (msg_id, revoked_at)
+SELECT DISTINCT msg_id, {now} FROM {jobs} WHERE msg_id = ANY(%(ids)s::text[])
+ON CONFLICT (msg_id) DO NOTHING
 
 -- name: revoked_among
-SELECT id FROM {jobs} WHERE id = ANY(%(job_ids)s::bigint[]) AND revoked_at IS NOT NULL
+SELECT j.id FROM {jobs} j WHERE j.id = ANY(%(job_ids)s::bigint[]) AND {revoked}
 
 -- Maintenance: the jobs of base.MAINTENANCE_JOBS. Each job is a fragment of CTEs (named
 -- for its job, so all five fit in one WITH) and a fragment giving its one result row:
@@ -345,8 +458,15 @@ SELECT id FROM {jobs} WHERE id = ANY(%(job_ids)s::bigint[]) AND revoked_at IS NO
 -- fragment: expire_ctes
 -- Expiry is about starting: a running job (a live claim) is left to finish. "count" is
 -- the jobs dead-lettered, "dropped" those of transient queues dropped.
+-- At most %(batch)s rows per job and run; a job that hit it says "more" and runs again.
+-- The batch's test is repeated on the row deleted: one claimed meanwhile is left.
 expire_gone AS (
-  DELETE FROM {jobs} j WHERE j.expires_at IS NOT NULL AND j.expires_at <= {now}
+  DELETE FROM {jobs} j
+  WHERE j.id IN (
+      SELECT x.id FROM {jobs} x WHERE x.expires_at IS NOT NULL AND x.expires_at <= {now}
+        AND (x.state = 'pending' OR x.deadline <= {now})
+      LIMIT %(batch)s)
+    AND j.expires_at IS NOT NULL AND j.expires_at <= {now}
     AND (j.state = 'pending' OR j.deadline <= {now})
   RETURNING j.*
 ),
@@ -360,14 +480,19 @@ expire_buried AS (
 -- fragment: expire_result
 (SELECT count(*) FROM expire_buried)::int AS count,
 ((SELECT count(*) FROM expire_gone) - (SELECT count(*) FROM expire_buried))::int AS dropped,
-NULL::text[] AS queues
+NULL::text[] AS queues, (SELECT count(*) FROM expire_gone) >= %(batch)s AS more
 
 -- fragment: lapsed_ctes
 -- Lapsed claims with no attempt left go to the dead letters, as a claim would bury them
 -- (for queues no one consumes); expired ones are left to "expire".
 lapsed_gone AS (
   DELETE FROM {jobs} j
-  WHERE j.state = 'processing' AND j.deadline <= {now} AND j.attempts >= j.max_attempts
+  WHERE j.id IN (
+      SELECT x.id FROM {jobs} x
+      WHERE x.state = 'processing' AND x.deadline <= {now} AND x.attempts >= x.max_attempts
+        AND (x.expires_at IS NULL OR x.expires_at > {now})
+      LIMIT %(batch)s)
+    AND j.state = 'processing' AND j.deadline <= {now} AND j.attempts >= j.max_attempts
     AND (j.expires_at IS NULL OR j.expires_at > {now})
   RETURNING j.*
 ),
@@ -377,29 +502,51 @@ lapsed_buried AS (
 )
 
 -- fragment: lapsed_result
-(SELECT count(*) FROM lapsed_buried)::int AS count, 0 AS dropped, NULL::text[] AS queues
+(SELECT count(*) FROM lapsed_buried)::int AS count, 0 AS dropped, NULL::text[] AS queues,
+(SELECT count(*) FROM lapsed_gone) >= %(batch)s AS more
 
 -- fragment: retention_ctes
+-- With no retention anywhere (the default) the first test is a one-time filter: no scan.
+-- A join, not a sub-plan per letter: that one's cost estimate (500,000 letters: over a
+-- million) also made PostgreSQL JIT-compile the round, 0.3 s each time.
 retention_purged AS (
   DELETE FROM {dead} d
-  WHERE d.died_at < {now} - COALESCE(
-    (SELECT dead_letter_retention FROM {queues} q WHERE q.name = d.queue),
-    %(retention)s::float8)
+  WHERE d.id IN (
+    SELECT x.id FROM {dead} x LEFT JOIN {queues} q ON q.name = x.queue
+    WHERE (%(retention)s::float8 IS NOT NULL
+           OR EXISTS (SELECT 1 FROM {queues} WHERE dead_letter_retention IS NOT NULL))
+      AND x.died_at < {now} - COALESCE(q.dead_letter_retention, %(retention)s::float8)
+    LIMIT %(batch)s)
+  RETURNING 1
+),
+-- Revokes go once no job of their task is left (a one-time filter: none, no scan).
+revokes_gone AS (
+  DELETE FROM {revokes} r
+  WHERE r.msg_id IN (
+    SELECT x.msg_id FROM {revokes} x
+    WHERE EXISTS (SELECT 1 FROM {revokes})
+      AND NOT EXISTS (SELECT 1 FROM {jobs} j WHERE j.msg_id = x.msg_id)
+    LIMIT %(batch)s)
   RETURNING 1
 )
 
 -- fragment: retention_result
-(SELECT count(*) FROM retention_purged)::int AS count, 0 AS dropped, NULL::text[] AS queues
+(SELECT count(*) FROM retention_purged)::int AS count, 0 AS dropped, NULL::text[] AS queues,
+((SELECT count(*) FROM retention_purged) >= %(batch)s
+ OR (SELECT count(*) FROM revokes_gone) >= %(batch)s) AS more
 
 -- fragment: dead_offers_ctes
+-- Not batched: one offer per consuming channel at most, a few rows.
 dead_offers_gone AS (DELETE FROM {offers} o WHERE {offer_dead} RETURNING 1)
 
 -- fragment: dead_offers_result
-(SELECT count(*) FROM dead_offers_gone)::int AS count, 0 AS dropped, NULL::text[] AS queues
+(SELECT count(*) FROM dead_offers_gone)::int AS count, 0 AS dropped, NULL::text[] AS queues,
+false AS more
 
 -- fragment: expired_queues_ctes
 -- Queues unused past their x-expires (at least the grace), with their bindings and
--- jobs; a new routing version when bindings went.
+-- jobs; a new routing version when bindings went. Not batched: the queues are few, and a
+-- dropped queue's jobs go with it in the same run (they could not be claimed after).
 dropped AS (
   DELETE FROM {queues} q
   WHERE q.expires IS NOT NULL AND q.last_used + GREATEST(q.expires, %(grace)s) < {now}
@@ -407,11 +554,14 @@ dropped AS (
 ),
 changed AS (DELETE FROM {bindings} b USING dropped WHERE b.queue = dropped.name RETURNING 1),
 emptied AS (DELETE FROM {jobs} j USING dropped WHERE j.queue = dropped.name),
+-- Their counts too: transient queues (pidbox, replies, events) are named anew by every
+-- process, and kept counts would be /metrics series that never end.
+uncounted AS (DELETE FROM {rates} r USING dropped WHERE r.queue = dropped.name),
 bumped AS ({bump_routing})
 
 -- fragment: expired_queues_result
 (SELECT count(*) FROM dropped)::int AS count, 0 AS dropped,
-(SELECT array_agg(name ORDER BY name) FROM dropped) AS queues
+(SELECT array_agg(name ORDER BY name) FROM dropped) AS queues, false AS more
 
 -- name: expire
 WITH {expire_ctes}
@@ -575,8 +725,17 @@ INSERT INTO {paused_queues} (queue, paused_at) VALUES (%(name)s, {now})
 ON CONFLICT (queue) DO NOTHING RETURNING queue
 
 -- name: queue_resume
+-- Wakes its consumers for its due jobs, and announces its next delayed one: while it was
+-- paused they learnt no due time for it, and would find it at the safety poll only.
 WITH gone AS (DELETE FROM {paused_queues} WHERE queue = %(name)s RETURNING queue)
-SELECT queue, {wake_now} AS notified FROM gone
+SELECT queue, {wake_now} AS notified,
+       CASE WHEN d.next_at IS NOT NULL
+            THEN pg_notify(%(channel)s, json_build_array(d.next_at, queue)::text) END
+         AS announced
+FROM gone g, LATERAL (
+  SELECT min(j.run_at) AS next_at FROM {jobs} j
+  WHERE j.queue = g.queue AND j.state = 'pending' AND j.run_at > {now}
+) d
 
 -- name: paused_list
 SELECT queue, paused_at FROM {paused_queues} ORDER BY queue
@@ -652,11 +811,16 @@ SELECT 1 AS found FROM {queues} WHERE name = %(name)s
 WITH gone AS (DELETE FROM {queues} WHERE name = %(name)s),
 changed AS (DELETE FROM {bindings} WHERE queue = %(name)s RETURNING 1),
 emptied AS (DELETE FROM {jobs} WHERE queue = %(name)s RETURNING 1),
+uncounted AS (DELETE FROM {rates} WHERE queue = %(name)s),
 bumped AS ({bump_routing})
 SELECT count(*) AS deleted FROM emptied
 
 -- name: touch_queues
-UPDATE {queues} SET last_used = {now} WHERE name = ANY(%(names)s)
+-- In name order, as a claim locks limited queues' rows (no deadlock between them).
+UPDATE {queues} SET last_used = {now}
+WHERE name IN (SELECT name FROM {queues} WHERE name = ANY(%(names)s)
+               ORDER BY name FOR NO KEY UPDATE)
+RETURNING name
 
 -- name: lease_acquire
 INSERT INTO {leases} (name, owner, expires_at) VALUES (%(name)s, %(owner)s, {now} + %(ttl)s)
@@ -680,8 +844,12 @@ VALUES (%(name)s, %(spec)s, %(interval)s, %(task)s, %(args)s, %(kwargs)s, %(opti
         %(next_at)s, %(origin)s, %(kind)s, %(tz)s, {now})
 ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, interval = EXCLUDED.interval,
   task = EXCLUDED.task, args = EXCLUDED.args, kwargs = EXCLUDED.kwargs,
-  options = EXCLUDED.options, origin = EXCLUDED.origin, updated_at = EXCLUDED.updated_at,
+  origin = EXCLUDED.origin, updated_at = EXCLUDED.updated_at,
   kind = EXCLUDED.kind, tz = EXCLUDED.tz,
+  -- The beat's own state in the options object (alkstore_state) is kept.
+  options = CASE WHEN strpos({schedules}.options, '"alkstore_state"') = 0 THEN EXCLUDED.options
+                 ELSE jsonb_set(EXCLUDED.options::jsonb, ARRAY['alkstore_state'],
+                                {schedules}.options::jsonb -> 'alkstore_state')::text END,
   next_at = CASE WHEN %(keep)s AND ({schedules}.kind, {schedules}.spec, {schedules}.tz)
                                 = (EXCLUDED.kind, EXCLUDED.spec, EXCLUDED.tz)
                  THEN {schedules}.next_at ELSE EXCLUDED.next_at END
@@ -716,6 +884,35 @@ WHERE name = %(name)s AND next_at = %(prev)s
 -- Missed boundaries beyond the catch-up limit: skipped, not counted as runs.
 UPDATE {schedules} SET next_at = %(new)s WHERE name = %(name)s AND next_at = %(prev)s
 
+-- name: schedule_skip_busy
+-- No stacking: due times skipped while the previous run is live, counted in the options
+-- object's alkstore_state.skipped; guarded by the boundary as an advance is.
+UPDATE {schedules} SET next_at = %(new)s,
+  options = jsonb_set(options::jsonb, ARRAY['alkstore_state'],
+    COALESCE(options::jsonb -> 'alkstore_state', '{}'::jsonb) || jsonb_build_object('skipped',
+      COALESCE((options::jsonb #>> ARRAY['alkstore_state', 'skipped'])::bigint, 0)
+      + %(count)s::bigint))::text
+WHERE name = %(name)s AND next_at = %(prev)s
+
+-- name: schedule_set_job
+-- No stacking: the job id (primary key) of the schedule's last run.
+UPDATE {schedules} SET options = jsonb_set(options::jsonb, ARRAY['alkstore_state'],
+    COALESCE(options::jsonb -> 'alkstore_state', '{}'::jsonb)
+    || jsonb_build_object('job', %(job)s::bigint))::text
+WHERE name = %(name)s
+
+-- name: schedule_job_floor
+-- The highest job id before a fire's publish (a primary-key index read).
+SELECT COALESCE(max(id), 0) AS id FROM {jobs}
+
+-- name: schedule_job_since
+-- The job a fire just published: ids above the floor only (a primary-key range).
+SELECT id FROM {jobs} WHERE id > %(floor)s AND msg_id = %(msg)s ORDER BY id DESC LIMIT 1
+
+-- name: schedule_job_live
+-- Whether the job is still queued, delayed or claimed (a primary-key read).
+SELECT count(*) AS n FROM {jobs} WHERE id = %(id)s
+
 -- name: schedule_ran_now
 UPDATE {schedules} SET run_requested = NULL, last_run_at = %(now)s,
   run_count = run_count + 1, last_error = NULL
@@ -723,6 +920,16 @@ WHERE name = %(name)s AND run_requested = %(requested)s
 
 -- name: schedule_failed
 UPDATE {schedules} SET last_error = %(error)s WHERE name = %(name)s
+
+-- name: schedule_savepoint
+-- One schedule's fire inside a tick (ScheduleTick.savepoint): its failure undoes it alone.
+SAVEPOINT alkstore_fire
+
+-- name: schedule_savepoint_undo
+ROLLBACK TO SAVEPOINT alkstore_fire
+
+-- name: schedule_savepoint_release
+RELEASE SAVEPOINT alkstore_fire
 
 -- name: schedule_run_now
 UPDATE {schedules} SET run_requested = COALESCE(run_requested, {now}) WHERE name = %(name)s
@@ -734,3 +941,44 @@ UPDATE {schedules} SET enabled = false WHERE name = %(name)s
 -- Re-enabled: the next boundary on the same grid after now (computed by the caller).
 UPDATE {schedules} SET enabled = true, next_at = %(new)s
 WHERE name = %(name)s AND next_at = %(prev)s
+
+-- Concurrency limits (migration 0007, store/limits.py, docs/flow-control.md).
+
+-- name: limit_set
+-- The limit of a queue (key NULL) or of one key of it (the key "*": every key without
+-- its own), the queue's row made if it has none (a queue declared later keeps it).
+INSERT INTO {queues} AS q (name, last_used, max_claimed, key_limits)
+VALUES (%(queue)s, {now},
+        CASE WHEN %(key)s::text IS NULL THEN %(n)s::int END,
+        CASE WHEN %(key)s::text IS NOT NULL
+             THEN jsonb_build_object(%(key)s::text, %(n)s::int)::text END)
+ON CONFLICT (name) DO UPDATE SET
+  max_claimed = CASE WHEN %(key)s::text IS NULL THEN %(n)s::int ELSE q.max_claimed END,
+  key_limits = CASE WHEN %(key)s::text IS NULL THEN q.key_limits
+                    ELSE (COALESCE(q.key_limits::jsonb, '{}'::jsonb)
+                          || jsonb_build_object(%(key)s::text, %(n)s::int))::text END
+RETURNING q.name
+
+-- name: limit_clear
+-- No limit any more on the queue (key NULL) or on one key of it.
+UPDATE {queues} q SET
+  max_claimed = CASE WHEN %(key)s::text IS NULL THEN NULL ELSE q.max_claimed END,
+  key_limits = CASE WHEN %(key)s::text IS NULL THEN q.key_limits
+                    ELSE NULLIF((q.key_limits::jsonb - %(key)s::text)::text, '{}') END
+WHERE q.name = %(queue)s
+RETURNING q.name
+
+-- name: limits_list
+-- Every queue with a limit and its live claims (LimitUse rows, store/limits.py).
+SELECT lq.name AS queue, lq.max_claimed, lq.key_limits,
+       (SELECT count(*) FROM {jobs} j
+        WHERE j.queue = lq.name AND j.state = 'processing' AND j.deadline > {now})::int
+         AS used
+FROM {queues} lq WHERE {has_limit} ORDER BY lq.name
+
+-- name: limit_keys_used
+-- The live claims per key of the queues with per-key limits.
+SELECT j.queue, j.limit_key, count(*)::int AS used
+FROM {jobs} j JOIN {queues} lq ON lq.name = j.queue AND lq.key_limits IS NOT NULL
+WHERE j.state = 'processing' AND j.deadline > {now} AND j.limit_key IS NOT NULL
+GROUP BY j.queue, j.limit_key ORDER BY j.queue, j.limit_key

@@ -23,6 +23,8 @@ import psycopg
 from psycopg import pq
 from psycopg.adapt import PyFormat, Transformer
 
+from .compat import send_query_prepared
+
 #: What a request came to: its rows by column name, or the exception it raised.
 Answer = list[dict[str, Any]] | BaseException
 
@@ -99,7 +101,7 @@ class PipelineSession:
             formats = [PyFormat.BINARY if isinstance(v, _BINARY) else PyFormat.TEXT for v in values]
             dumped = self._tx.dump_sequence(values, formats)
             if self._prepared:
-                self._pg.send_query_prepared(self._keys[key], dumped, self._tx.formats)
+                send_query_prepared(self._pg, self._keys[key], dumped, self._tx.formats)
             else:
                 self._pg.send_query_params(
                     self._queries[key], dumped, param_formats=self._tx.formats

@@ -5,23 +5,29 @@ from __future__ import annotations
 
 import os
 import threading
-import zlib
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from itertools import groupby
+from operator import itemgetter
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...errors import ConfigurationError, StoreUnavailable
-from ..admin import TOTAL_MINUTE, RatePoint
+from ..admin import RatePoint
 from ..adopt import driver_connection
-from ..base import (
-    AMBIENT,
+from ..ambient import AMBIENT
+from ..interface import Store
+from ..options import StoreOptions, StoreURL, validate_name
+from ..schedules import ScheduleTick
+from ..schema import SCHEMA_VERSION, migrations, require_current
+from ..values import (
     EXCHANGE_TYPES,
     MAINTENANCE_JOBS,
-    STATEMENTS,
     Capabilities,
     Delivery,
     Job,
@@ -29,15 +35,20 @@ from ..base import (
     NewJob,
     QueueCounts,
     Row,
-    ScheduleTick,
-    Store,
 )
-from ..options import StoreOptions, StoreURL, check_text_params, validate_name
-from ..schema import SCHEMA_VERSION, migrations, require_current
-from ..sqlfile import load_queries
-from .claims import STATEMENTS as SESSION_STATEMENTS
-from .claims import PostgresClaimSession, claim_key, claimed_deliveries
+from .claims import PostgresClaimSession
+from .engine import ENGINE
 from .publisher import PipelinedPublisher
+from .statements import (
+    FAST_KEYS,
+    PostgresStatements,
+    claim_key,
+    claim_params,
+    claimed_deliveries,
+    handles,
+    pend_params,
+    rates_params,
+)
 from .waiter import PostgresWaiter
 
 T = TypeVar("T")
@@ -45,45 +56,12 @@ T = TypeVar("T")
 POOL_TIMEOUT = 10.0
 #: ... and a connection check, which should fail fast so kombu's retry backoff applies.
 PING_TIMEOUT = 3.0
-#: Statements run on the pool that does not wait for the WAL flush (see __init__).
-_FAST_KEYS = ("claim_one", "claim_any", "ack", "heartbeat", "pend", "kill", "touch_queues")
-_FAST_KEYS += (*MAINTENANCE_JOBS, "maintenance_round")
-#: The statements this engine runs itself, beyond the base class's.
-_OWN_STATEMENTS = frozenset(
-    [
-        "ping",
-        "setup_lock",
-        "meta_table",
-        "version",
-        "identify",
-        "waiter_start",
-        "waiter_lock",
-        "withdraw_offers",
-        "insert",
-        "heartbeat",
-        "pend",
-        "kill",
-        "next_due",
-        "counts",
-        "dead_list",
-        "dead_requeue",
-        "dead_move",
-        "dead_purge",
-        "rates_add",
-        "exchange_declare",
-        "exchange_delete",
-        "bind",
-        "unbind",
-        "queue_delete",
-        *SESSION_STATEMENTS,
-    ]
-)
 
 
 class PostgresStore(Store):
     """The store on PostgreSQL 13+, in its own schema."""
 
-    engine = "postgresql"
+    engine = ENGINE.name  # as the package describes itself (engine.py)
     capabilities = Capabilities(
         listener=True,
         handoff=True,
@@ -102,13 +80,18 @@ class PostgresStore(Store):
     def __init__(self, url: StoreURL, options: StoreOptions) -> None:
         super().__init__(url, options)
         self._pid = os.getpid()
-        #: The store's NOTIFY channel (bound to every statement as ``%(channel)s``).
-        self.channel = f"alkstore_{options.schema}"
-        #: The first key of the advisory locks that mark live waiters (see PostgresWaiter).
-        self.lockspace = zlib.crc32(self.channel.encode()) & 0x7FFFFFFF
-        self._sql = load_queries(
-            __package__, "queries.sql", self.names, required=STATEMENTS | _OWN_STATEMENTS
+        #: Its statements, their parameters and rows (shared with the claim session,
+        #: the waiter and the result tables).
+        # {limited_due}: migration 0007's claim function for limited queues, in the schema.
+        limited_due = f'"{options.schema}".limited_due'
+        self.statements = PostgresStatements(
+            {**self.names, "limited_due": limited_due}, options.schema
         )
+        #: The store's NOTIFY channel (bound to every statement as ``%(channel)s``).
+        self.channel = self.statements.channel
+        #: The first key of the advisory locks that mark live waiters (see PostgresWaiter).
+        self.lockspace = self.statements.lockspace
+        self._sql = self.statements.sql
         try:
             # One direct connection first so an unreachable database is a clear error now.
             with psycopg.connect(
@@ -119,10 +102,13 @@ class PostgresStore(Store):
                 else:
                     where = f"schema {options.schema!r} of {url.masked()}"
                     require_current(self._stored_version(conn), where)
+                self._measure_clock(conn)
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(
                 f"cannot connect to PostgreSQL at {url.masked()}: {str(exc).strip()}"
             ) from exc
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise _privileges_missing(exc, url, options) from exc
         self._pool = self._new_pool("durable", {})
         # Claims, acks, heartbeats and maintenance commit without waiting for the WAL
         # flush: one lost in a database crash only makes its message deliverable again,
@@ -130,7 +116,7 @@ class PostgresStore(Store):
         # ``durable_publish`` is off. (Not behind a transaction-mode pooler, which
         # refuses session startup options: there every commit waits.)
         self._fast = self._new_pool("fast", self._no_sync_commit())
-        self._fast_keys = set(_FAST_KEYS)
+        self._fast_keys = set(FAST_KEYS)
         self._publisher: PipelinedPublisher | None = None
         self._publisher_lock = threading.Lock()
         if not options.durable_publish:
@@ -140,7 +126,10 @@ class PostgresStore(Store):
         """Connection options for commits that need not wait for the WAL flush."""
         if self.options.transaction_pooler:
             return {}
-        return {"options": "-c synchronous_commit=off"}
+        # Added to the URL's own startup options (a role, a lock_timeout...), never
+        # instead of them: psycopg's keyword replaces the conninfo's ``options``.
+        given = conninfo_to_dict(self.url.conninfo).get("options") or ""
+        return {"options": f"{given} -c synchronous_commit=off".strip()}
 
     def _session_kwargs(self) -> dict[str, Any]:
         """psycopg options every connection to the broker URL gets: behind a
@@ -186,11 +175,7 @@ class PostgresStore(Store):
         raise AssertionError("unreachable")
 
     def _params(self, params: dict[str, Any] | None) -> dict[str, Any]:
-        # Every statement may name the NOTIFY channel and the lockspace; psycopg ignores
-        # unused keys.
-        args = {"channel": self.channel, "lockspace": self.lockspace, **(params or {})}
-        check_text_params(args)
-        return args
+        return self.statements.params(params)
 
     def _execute(self, key: str, params: dict[str, Any] | None) -> Callable:
         """``work`` for :meth:`_with_conn`: statement ``key`` on a cursor whose rows are
@@ -211,6 +196,7 @@ class PostgresStore(Store):
         return self._with_conn(lambda c: run(c).rowcount, key)
 
     def close(self) -> None:
+        self.closed = True
         if os.getpid() == self._pid:  # a forked child must not close its parent's sockets
             self.rates_tally.close()
             if self._publisher is not None:
@@ -259,32 +245,46 @@ class PostgresStore(Store):
             }
         )
 
-    def _insert(self, jobs: list[NewJob]) -> list[int]:
+    def _insert(self, jobs: list[NewJob]) -> list[int | None]:
         return self._insert_rows([self._insert_params(j) for j in jobs])
 
-    def _insert_rows(self, params: list[dict[str, Any]]) -> list[int]:
-        """Insert jobs whose parameters :meth:`_insert_params` made (and checked)."""
-        sql = self._sql["insert"]
+    def _insert_rows(self, params: list[dict[str, Any]]) -> list[int | None]:
+        """Insert jobs whose parameters :meth:`_insert_params` made (and checked); a job
+        with a unique key runs ``insert_unique`` (None: the key is held)."""
+        keys = ["insert" if p.get("unique_key") is None else "insert_unique" for p in params]
         if len(params) == 1:
+            sql = self._sql[keys[0]]
 
-            def insert_one(conn: psycopg.Connection) -> int:
-                return conn.cursor(row_factory=dict_row).execute(sql, params[0]).fetchone()["id"]
+            def insert_one(conn: psycopg.Connection) -> int | None:
+                row = conn.cursor(row_factory=dict_row).execute(sql, params[0]).fetchone()
+                return row["id"] if row else None
 
             return [self._with_conn(insert_one, "insert")]
 
-        def insert_all(conn: psycopg.Connection) -> list[int]:
+        def insert_all(conn: psycopg.Connection) -> list[int | None]:
+            ids: list[int | None] = []
             with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-                cur.executemany(sql, params, returning=True)
-                ids = []
-                while True:
-                    ids.append(cur.fetchone()["id"])
-                    if not cur.nextset():
-                        return ids
+                # In the order given: each run of jobs with the same statement at once.
+                for key, run in groupby(zip(keys, params, strict=True), key=itemgetter(0)):
+                    cur.executemany(self._sql[key], [p for _, p in run], returning=True)
+                    while True:
+                        row = cur.fetchone()
+                        ids.append(row["id"] if row else None)
+                        if not cur.nextset():
+                            break
+            return ids
 
         return self._with_conn(insert_all, "insert")
 
     def publish(self, jobs: Sequence[NewJob]) -> None:
         if self.options.confirm_publish or AMBIENT.get() is not None:
+            self.enqueue_many(jobs)
+            return
+        if any(job.unique_key is not None for job in jobs):
+            # A publish with a unique key is confirmed, so that a duplicate is known and
+            # logged; the pipelined publishes sent before it are confirmed first, so it
+            # does not overtake them.
+            self.flush_publishes()
             self.enqueue_many(jobs)
             return
         # _insert_params checks the text parameters: refused here, not after the call
@@ -320,7 +320,7 @@ class PostgresStore(Store):
         queues = list(dict.fromkeys(queues))
         out: list[Delivery] = []
         while len(out) < limit and queues:
-            params = {"queues": queues, "queue": queues[0], "limit": int(limit) - len(out)}
+            params = claim_params(queues, int(limit) - len(out))
             claimed, spent = claimed_deliveries(self._all(claim_key(queues), params))
             out += claimed
             if not spent:  # no spent job took a place: nothing more is due
@@ -335,7 +335,13 @@ class PostgresStore(Store):
             **self._no_sync_commit(),  # as the fast pool (see __init__)
             **self._session_kwargs(),
         )
-        return PostgresClaimSession(self, conn)
+        try:
+            return PostgresClaimSession(self, conn)
+        except BaseException:
+            # A statement it could not prepare: the connection goes with the error, or
+            # every reconnect of a consumer (Celery retries at once) would keep one more.
+            conn.close()
+            raise
 
     def has_due(self, queues: Sequence[str]) -> bool:
         return bool(self._value("has_due", {"queues": list(queues)}))
@@ -344,42 +350,40 @@ class PostgresStore(Store):
         with self._pool.connection(timeout=PING_TIMEOUT) as conn:
             conn.execute(self._sql["ping"])
 
+    def measure_clock(self) -> float:
+        return self._with_conn(self._measure_clock)
+
+    def _measure_clock(self, conn: psycopg.Connection) -> float:
+        """The database's clock against this host's, read halfway through a round trip."""
+        before = time.time()
+        (row,) = conn.execute(self._sql["clock"]).fetchall()
+        after = time.time()
+        self.clock_offset = row["now"] - (before + after) / 2
+        return self.clock_offset
+
     def next_due(self, queues: Sequence[str]) -> float | None:
         return self._value("next_due", {"queues": list(queues)})
-
-    @staticmethod
-    def _handles(held: list[Delivery]) -> dict[str, Any]:
-        """The claims as the statements name them (``held_handles`` in queries.sql)."""
-        return {"ids": [d.id for d in held], "tokens": [d.token for d in held]}
 
     def _ids(self, key: str, params: dict[str, Any]) -> set[int]:
         return set(self._column(key, params))
 
     def _delete_held(self, held: list[Delivery]) -> set[int]:
-        return self._ids("ack", self._handles(held)) if held else set()
+        return self._ids("ack", handles(held)) if held else set()
 
     def _extend_held(self, held: list[Delivery], extend: float | None) -> set[int]:
         if not held:
             return set()
-        return self._ids("heartbeat", {**self._handles(held), "extend": extend})
+        return self._ids("heartbeat", {**handles(held), "extend": extend})
 
     def _pend_held(self, held: list[tuple[Delivery, float, int]]) -> set[int]:
         if not held:
             return set()
-        return self._ids("pend", self._pend_params(held))
-
-    @classmethod
-    def _pend_params(cls, held: list[tuple[Delivery, float, int]]) -> dict[str, Any]:
-        """``pend``'s parameters for ``(delivery, delay, refund)`` triples."""
-        params = cls._handles([d for d, _, _ in held])
-        params["delays"] = [float(w) for _, w, _ in held]
-        params["refunds"] = [int(r) for _, _, r in held]
-        return params
+        return self._ids("pend", pend_params(held))
 
     def _kill_held(self, held: list[Delivery], error: str) -> set[int]:
         if not held:
             return set()
-        return self._ids("kill", {**self._handles(held), "error": error})
+        return self._ids("kill", {**handles(held), "error": error})
 
     # --------------------------------------------------------------- maintenance
     def _maintenance_params(self, job: str | None = None) -> dict[str, Any]:
@@ -390,6 +394,7 @@ class PostgresStore(Store):
         return {
             "retention": self.options.dead_letter_retention,
             "grace": self.options.queue_expiry_grace,
+            "batch": self.options.maintenance_batch,
         }
 
     @staticmethod
@@ -433,18 +438,7 @@ class PostgresStore(Store):
         return len(self._all("dead_move", {"ids": [int(i) for i in ids], "to": queue}))
 
     def _write_rates(self, rows: list[RatePoint]) -> None:
-        self._run("rates_add", self._rates_params(rows))
-
-    @staticmethod
-    def _rates_params(rows: list[RatePoint]) -> dict[str, Any]:
-        """``rates_add``'s parameters for counted rows."""
-        return {
-            "queues": [r.queue for r in rows],
-            "minutes": [r.minute for r in rows],
-            "pub": [r.published for r in rows],
-            "ack": [r.acked for r in rows],
-            "total": TOTAL_MINUTE,
-        }
+        self._run("rates_add", rates_params(rows))
 
     # ------------------------------------------------------------------- routing
     def exchange_declare(self, name: str, type_: str) -> None:
@@ -469,9 +463,10 @@ class PostgresStore(Store):
     def queue_delete(self, name: str) -> int:
         return int(self._value("queue_delete", {"name": name}) or 0)
 
-    def touch_queues(self, names: Sequence[str]) -> None:
-        if names:
-            self._run("touch_queues", {"names": list(names)})
+    def touch_queues(self, names: Sequence[str]) -> set[str]:
+        if not names:
+            return set()
+        return set(self._column("touch_queues", {"names": list(names)}))
 
     # ----------------------------------------------------------------- schedules
     @contextmanager
@@ -482,6 +477,12 @@ class PostgresStore(Store):
                 yield ScheduleTick(self._sql, conn)
             finally:
                 AMBIENT.reset(token)
+
+    # ------------------------------------------------------------------- results
+    def _new_results(self) -> Any:
+        from .results import PostgresResults
+
+        return PostgresResults(self)
 
     # -------------------------------------------------------------------- wakeup
     def waiter(self) -> PostgresWaiter:
@@ -532,3 +533,19 @@ class PostgresStore(Store):
         cur = conn.cursor(row_factory=dict_row)
         row = cur.execute(self._sql["identify"], {"jobs": self.names["jobs"]}).fetchone()
         return (row["database"], row["jobs"], row["started"]) if row else ("?", None, None)
+
+
+def _privileges_missing(
+    exc: psycopg.errors.InsufficientPrivilege, url: StoreURL, options: StoreOptions
+) -> ConfigurationError:
+    """One line for a role that may not set up or use the store's tables: what
+    PostgreSQL said, and what the README says to do (not a connection error: retrying
+    cannot help)."""
+    said = str(exc).strip().splitlines()[0]
+    role = url.url.username or "this role"
+    return ConfigurationError(
+        f"PostgreSQL refused {role!r} on schema {options.schema!r} ({said}): as the "
+        f"schema's owner run `kombu-alkstore -b URL --schema {options.schema} setup "
+        f"--print --grant {role}` and apply it, then give this role the transport option "
+        "setup=False (README: PostgreSQL setup and least privilege)"
+    )

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import select
-import time
 import weakref
 from typing import TYPE_CHECKING
 
@@ -14,8 +13,9 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from ..base import Delivery, Waiter, Wakeup
 from ..options import parse_store_url
+from ..values import Delivery
+from ..waiter import Waiter, Wakeup
 from . import handoff
 
 if TYPE_CHECKING:
@@ -47,18 +47,20 @@ class PostgresWaiter(Waiter):
         self._conn = psycopg.connect(conninfo, autocommit=True, row_factory=dict_row)
         _waiters.add(self)
         self._store = store
+        self._statements = store.statements
         self._owner = os.getpid()
         me = self._run("waiter_start").fetchone()
         self._pid: int = me["pid"]
         self._handoff_channel: str = me["handoff_channel"]
-        self._listen(store.channel)
+        self._listen(self._statements.channel)
         self._run("waiter_lock", {"pid": self._pid})
         self._listen(self._handoff_channel)
         # Offers left by an earlier backend with the same pid are not ours.
         self._run("withdraw_offers", {"pid": self._pid})
 
     def _run(self, key: str, params: dict | None = None) -> psycopg.Cursor:
-        return self._conn.execute(self._store._sql[key], self._store._params(params))
+        statements = self._statements
+        return self._conn.execute(statements.sql[key], statements.params(params))
 
     def _listen(self, channel: str, on: bool = True) -> None:
         # LISTEN takes no parameter: the channel is quoted as an identifier.
@@ -68,7 +70,7 @@ class PostgresWaiter(Waiter):
     def hear_wakeups(self, on: bool) -> bool:
         # LISTEN takes effect at its commit (autocommit: on return); notifications read
         # during the round trip wait in the connection for the next poll().
-        self._listen(self._store.channel, on)
+        self._listen(self._statements.channel, on)
         return True
 
     @property
@@ -81,7 +83,7 @@ class PostgresWaiter(Waiter):
 
     def _collect(self, timeout: float) -> Wakeup:
         wake = Wakeup()
-        now = time.time()
+        now = self._store.now()  # due times are the database's
         for note in self._conn.notifies(timeout=timeout, stop_after=None if timeout == 0 else 1):
             if note.channel == self._handoff_channel:
                 try:

@@ -43,7 +43,7 @@ def autocommits(conn: sqlite3.Connection) -> bool:
 
 class MappedConnection:
     """A connection (a caller's, maybe) whose ``execute`` returns mapping rows, for
-    code that runs statements on a connection it is handed (:class:`~..base.ScheduleTick`)."""
+    code that runs statements on a connection it is handed (:class:`~..schedules.ScheduleTick`)."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn

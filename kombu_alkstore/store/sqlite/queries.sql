@@ -11,6 +11,11 @@
 queue IN (SELECT value FROM json_each(:queues)
           WHERE value NOT IN (SELECT queue FROM {paused_queues}))
 
+-- fragment: revoked
+-- Whether job j's task was revoked (Store.revoke); jobs.revoked_at holds the marks a
+-- version-4 store made.
+(j.revoked_at IS NOT NULL OR EXISTS (SELECT 1 FROM {revokes} r WHERE r.msg_id = j.msg_id))
+
 -- fragment: held
 -- The validity of every operation on a claim: :held is [[id, token], ...]; right
 -- token, still held, deadline not passed.
@@ -123,20 +128,47 @@ SELECT 1 AS ok
 
 -- name: insert
 INSERT INTO {jobs} (queue, msg_id, body, priority, run_at, expires_at, max_attempts,
-                    visibility_timeout, backoff_base, created_at)
+                    visibility_timeout, backoff_base, created_at, limit_key)
 VALUES (:queue, :msg_id, :body, :priority, :run_at,
   COALESCE(:expires_at, :now + (SELECT message_ttl FROM {queues} WHERE name = :queue)),
   COALESCE(:ma, (SELECT max_attempts FROM {queues} WHERE name = :queue), :d_ma),
   COALESCE(:vt, (SELECT visibility_timeout FROM {queues} WHERE name = :queue), :d_vt),
   COALESCE(:bb, (SELECT backoff_base FROM {queues} WHERE name = :queue), :d_bb),
-  :now)
+  :now, :limit_key)
 RETURNING id
 
+-- name: insert_unique
+-- A job with a unique key (see store/unique.py): inserted unless a live job of its queue
+-- holds the key (the partial unique index jobs_unique); a duplicate returns no row.
+INSERT INTO {jobs} (queue, msg_id, body, priority, run_at, expires_at, max_attempts,
+                    visibility_timeout, backoff_base, created_at, unique_key,
+                    unique_claimed, limit_key)
+VALUES (:queue, :msg_id, :body, :priority, :run_at,
+  COALESCE(:expires_at, :now + (SELECT message_ttl FROM {queues} WHERE name = :queue)),
+  COALESCE(:ma, (SELECT max_attempts FROM {queues} WHERE name = :queue), :d_ma),
+  COALESCE(:vt, (SELECT visibility_timeout FROM {queues} WHERE name = :queue), :d_vt),
+  COALESCE(:bb, (SELECT backoff_base FROM {queues} WHERE name = :queue), :d_bb),
+  :now, :unique_key, :unique_claimed, :limit_key)
+ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+RETURNING id
+
+-- name: unique_holder
+-- The live job holding a unique key in a queue (at most one: the index jobs_unique).
+SELECT {job_read} FROM {jobs} WHERE queue = :queue AND unique_key = :unique_key
+
+-- fragment: full_queues
+-- The queues of :queues whose concurrency limit is reached (migration 0007): nothing of
+-- theirs can be claimed until a claim ends, whose commit wakes the waiters.
+SELECT lq.name FROM {queues} lq
+WHERE lq.name IN (SELECT value FROM json_each(:queues)) AND lq.max_claimed IS NOT NULL
+  AND lq.max_claimed <= (SELECT count(*) FROM {jobs} x WHERE x.queue = lq.name
+                         AND x.state = 'processing' AND x.deadline > :now)
 
 -- name: claim_probe
--- Anything due (a lapsed claim included)? A read: a claim with nothing due takes no
--- write lock.
-SELECT 1 AS due FROM {jobs} WHERE {active_queues} AND run_at <= :now LIMIT 1
+-- Anything due (a lapsed claim included) that a claim may take? A read: a claim with
+-- nothing due, or only jobs of queues at their limit, takes no write lock.
+SELECT 1 AS due FROM {jobs}
+WHERE {active_queues} AND run_at <= :now AND queue NOT IN ({full_queues}) LIMIT 1
 
 -- name: take_spent
 -- The spent lapsed claims among the due jobs, out of the queue (to "bury").
@@ -147,23 +179,106 @@ DELETE FROM {jobs} WHERE {spent} RETURNING {dead_columns}
 INSERT INTO {dead} ({dead_columns}, died_at, last_error)
 VALUES ({dead_values}, :now, :error)
 
+-- fragment: has_limit
+-- A queue row (alias lq) with a concurrency limit (migration 0007).
+(lq.max_claimed IS NOT NULL OR lq.key_limits IS NOT NULL)
+
+-- fragment: limit_scan
+-- How many due jobs a claim on queues with per-key limits looks at (at least its
+-- batch): jobs beyond them wait for the next claim even when their keys have room.
+256
+
 -- name: claim_pick
--- The claim's candidates, in claim order.
-SELECT id FROM {jobs}
+-- The claim's candidates, in claim order, and whether their task was revoked.
+SELECT id, {revoked} AS revoked
+FROM {jobs} j
 WHERE {active_queues} AND run_at <= :now AND (expires_at IS NULL OR expires_at > :now)
   AND attempts < max_attempts
 ORDER BY priority DESC, run_at, id
 LIMIT :limit
 
+-- name: limited_queues
+-- Whether any queue of :queues has a concurrency limit (a primary-key probe each): the
+-- claim then picks with claim_pick_limited, else with claim_pick, as before limits.
+SELECT 1 AS limited FROM {queues} lq
+WHERE lq.name IN (SELECT value FROM json_each(:queues)) AND {has_limit} LIMIT 1
+
+-- name: claim_pick_limited
+-- The claim's candidates, in claim order, and whether their task was revoked. Queues
+-- without a limit ("lim": one primary-key probe each) as before; those with one within
+-- it: the claim runs in the write transaction, so counting their live claims is exact
+-- (docs/flow-control.md). "lroom"/"kroom": each limited queue's and candidate key's free
+-- slots; the spent lapsed claims were buried already (take_spent).
+WITH lim AS (
+  SELECT lq.name, lq.max_claimed, lq.key_limits FROM {queues} lq
+  WHERE lq.name IN (SELECT value FROM json_each(:queues)) AND {has_limit}
+),
+lcand AS (
+  SELECT j.id, j.queue, j.limit_key, j.priority, j.run_at, {revoked} AS revoked,
+         l.key_limits
+  FROM lim l CROSS JOIN {jobs} j  -- lim drives (CROSS JOIN keeps it outer): no limited
+  WHERE j.queue = l.name          -- queue, no scan of the jobs
+    AND {active_queues} AND run_at <= :now AND (expires_at IS NULL OR expires_at > :now)
+    AND attempts < max_attempts
+  ORDER BY priority DESC, run_at, id
+  LIMIT max(:limit, {limit_scan})
+),
+lroom AS (
+  SELECT l.name, l.max_claimed - (
+    SELECT count(*) FROM {jobs} x
+    WHERE x.queue = l.name AND x.state = 'processing' AND x.deadline > :now) AS room
+  FROM lim l WHERE l.max_claimed IS NOT NULL
+),
+kroom AS (
+  SELECT k.queue, k.limit_key, k.cap - (
+    SELECT count(*) FROM {jobs} x
+    WHERE x.queue = k.queue AND x.limit_key = k.limit_key AND x.state = 'processing'
+      AND x.deadline > :now) AS room
+  FROM (
+    SELECT DISTINCT c.queue, c.limit_key, COALESCE(
+      (SELECT e.value FROM json_each(c.key_limits) e WHERE e.key = c.limit_key),
+      (SELECT e.value FROM json_each(c.key_limits) e WHERE e.key = '*')) AS cap
+    FROM lcand c WHERE c.key_limits IS NOT NULL AND c.limit_key IS NOT NULL
+  ) k
+  WHERE k.cap IS NOT NULL
+),
+lpick AS (
+  SELECT r.id, r.revoked, r.priority, r.run_at FROM (
+    SELECT k.*, row_number() OVER (PARTITION BY k.queue
+                                   ORDER BY k.priority DESC, k.run_at, k.id) AS qn
+    FROM (
+      SELECT c.*, u.room AS key_room,
+             row_number() OVER (PARTITION BY c.queue, c.limit_key
+                                ORDER BY c.priority DESC, c.run_at, c.id) AS kn
+      FROM lcand c LEFT JOIN kroom u ON u.queue = c.queue AND u.limit_key = c.limit_key
+    ) k
+    WHERE k.key_room IS NULL OR k.kn <= k.key_room
+  ) r LEFT JOIN lroom q ON q.name = r.queue
+  WHERE q.room IS NULL OR r.qn <= q.room
+),
+free AS (
+  SELECT id, {revoked} AS revoked, priority, run_at
+  FROM {jobs} j
+  WHERE {active_queues} AND queue NOT IN (SELECT name FROM lim)
+    AND run_at <= :now AND (expires_at IS NULL OR expires_at > :now)
+    AND attempts < max_attempts
+  ORDER BY priority DESC, run_at, id
+  LIMIT :limit
+)
+SELECT id, revoked FROM (SELECT * FROM free UNION ALL SELECT * FROM lpick)
+ORDER BY priority DESC, run_at, id
+LIMIT :limit
+
 -- name: claim
--- The candidates (:ids) claimed: a Delivery's fields, and revoked_at (read as is:
--- "revoked_at IS NOT NULL" in this RETURNING read 1 for every row on SQLite 3.40).
+-- The candidates (:ids) claimed: a Delivery's fields (revoked: from claim_pick).
 UPDATE {jobs}
 SET state = 'processing', attempts = attempts + 1, token = random(),
-    deadline = :now + visibility_timeout, run_at = :now + visibility_timeout
+    deadline = :now + visibility_timeout, run_at = :now + visibility_timeout,
+    -- a key held only while waiting (unique_claimed 0) is free once claimed
+    unique_key = CASE WHEN unique_claimed THEN unique_key END
 WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING id, token, queue, body, priority, attempts, max_attempts, backoff_base, deadline,
-          msg_id, visibility_timeout, revoked_at
+          msg_id, visibility_timeout
 
 -- name: size
 SELECT count(*) AS size FROM {jobs} WHERE queue = :queue AND state = 'pending'
@@ -175,6 +290,7 @@ WITH RECURSIVE prio(queue, p) AS (
   SELECT qn.value, (SELECT priority FROM {jobs} WHERE queue = qn.value
                     ORDER BY priority DESC LIMIT 1)
   FROM json_each(:queues) AS qn WHERE qn.value NOT IN (SELECT queue FROM {paused_queues})
+    AND qn.value NOT IN ({full_queues})  -- due again when a claim ends (a wake-up)
   UNION ALL
   SELECT prio.queue, (SELECT j.priority FROM {jobs} j WHERE j.queue = prio.queue
                       AND j.priority < prio.p ORDER BY j.priority DESC LIMIT 1)
@@ -208,33 +324,47 @@ WHERE {held} RETURNING id
 DELETE FROM {jobs} WHERE {held} RETURNING {dead_columns}
 
 -- name: expire_bury
--- Maintenance: the jobs of base.MAINTENANCE_JOBS, each run in one write transaction.
+-- Maintenance: the jobs of values.MAINTENANCE_JOBS, each run in one write transaction.
 -- (SQLite has no data-modifying CTEs: a job that moves rows copies them, then deletes
 -- them, with the same :now; its counts are the statements' row counts.)
 -- expire: the expired jobs of task queues, copied to the dead letters ("count").
+-- Each job takes at most :batch rows per run, the same ones in both its statements
+-- (lowest ids first, one write transaction); one that took :batch runs again.
 INSERT INTO {dead} ({dead_columns}, died_at, last_error)
 SELECT {dead_columns}, :now, 'expired' FROM {jobs} j
-WHERE {expired}
+WHERE j.id IN (SELECT id FROM {jobs} WHERE {expired} ORDER BY id LIMIT :batch)
   AND NOT EXISTS (SELECT 1 FROM {queues} q WHERE q.name = j.queue AND {transient})
 
 -- name: expire_delete
 -- expire: every expired job leaves the queue (less those buried: "dropped").
-DELETE FROM {jobs} WHERE {expired}
+DELETE FROM {jobs} WHERE id IN (SELECT id FROM {jobs} WHERE {expired} ORDER BY id LIMIT :batch)
 
 -- name: lapsed_bury
 -- lapsed: the spent lapsed claims, copied to the dead letters, as a claim would bury
 -- them (for queues no one consumes).
 INSERT INTO {dead} ({dead_columns}, died_at, last_error)
-SELECT {dead_columns}, :now, 'attempts exhausted' FROM {jobs} WHERE {lapsed}
+SELECT {dead_columns}, :now, 'attempts exhausted' FROM {jobs}
+WHERE id IN (SELECT id FROM {jobs} WHERE {lapsed} ORDER BY id LIMIT :batch)
 
 -- name: lapsed_delete
-DELETE FROM {jobs} WHERE {lapsed}
+DELETE FROM {jobs} WHERE id IN (SELECT id FROM {jobs} WHERE {lapsed} ORDER BY id LIMIT :batch)
 
 -- name: retention
 -- retention: dead letters past their queue's retention (else the store's).
+-- With no retention anywhere (the default) nothing is scanned; else only letters older
+-- than the shortest retention get their queue's looked up.
 DELETE FROM {dead}
-WHERE died_at < :now - COALESCE(
-  (SELECT dead_letter_retention FROM {queues} q WHERE q.name = {dead}.queue), :retention)
+WHERE id IN (
+  SELECT d.id FROM {dead} d
+  WHERE (:retention IS NOT NULL
+         OR EXISTS (SELECT 1 FROM {queues} WHERE dead_letter_retention IS NOT NULL))
+    AND d.died_at < :now - (
+      SELECT min(r) FROM (
+        SELECT dead_letter_retention AS r FROM {queues} WHERE dead_letter_retention IS NOT NULL
+        UNION ALL SELECT :retention))
+    AND d.died_at < :now - COALESCE(
+      (SELECT dead_letter_retention FROM {queues} q WHERE q.name = d.queue), :retention)
+  LIMIT :batch)
 
 -- name: expired_queues
 -- expired_queues: queues unused past their x-expires (at least the grace).
@@ -246,8 +376,12 @@ RETURNING name
 DELETE FROM {bindings} WHERE queue IN (SELECT value FROM json_each(:names))
 
 -- name: expired_queues_jobs
--- ... and their jobs.
+-- ... and their jobs ...
 DELETE FROM {jobs} WHERE queue IN (SELECT value FROM json_each(:names))
+
+-- name: expired_queues_rates
+-- ... and their counts (transient queues are named anew by every process).
+DELETE FROM {rates} WHERE queue IN (SELECT value FROM json_each(:names))
 
 
 -- name: get_job_by_id
@@ -298,12 +432,20 @@ WHERE queue = :queue AND state = 'pending'
 ORDER BY priority DESC, run_at, id LIMIT :limit
 
 -- name: revoke
-UPDATE {jobs} SET revoked_at = :now
-WHERE msg_id IN (SELECT value FROM json_each(:ids)) AND revoked_at IS NULL
+-- Writes {revokes} only: no job row is written (see the PostgreSQL statement).
+INSERT OR IGNORE INTO {revokes} (msg_id, revoked_at)
+SELECT DISTINCT msg_id, :now FROM {jobs} WHERE msg_id IN (SELECT value FROM json_each(:ids))
 
 -- name: revoked_among
-SELECT id FROM {jobs}
-WHERE id IN (SELECT value FROM json_each(:job_ids)) AND revoked_at IS NOT NULL
+SELECT j.id FROM {jobs} j WHERE j.id IN (SELECT value FROM json_each(:job_ids)) AND {revoked}
+
+-- name: revokes_gone
+-- Revokes go once no job of their task is left.
+DELETE FROM {revokes}
+WHERE msg_id IN (
+  SELECT r.msg_id FROM {revokes} r
+  WHERE NOT EXISTS (SELECT 1 FROM {jobs} j WHERE j.msg_id = r.msg_id)
+  LIMIT :batch)
 
 -- name: claim_stats
 -- ClaimStat(**row): the claims held per queue (no hand-off offers on SQLite).
@@ -435,8 +577,12 @@ DELETE FROM {bindings} WHERE queue = :name
 -- name: queue_delete_jobs
 DELETE FROM {jobs} WHERE queue = :name
 
+-- name: queue_delete_rates
+DELETE FROM {rates} WHERE queue = :name
+
 -- name: touch_queues
 UPDATE {queues} SET last_used = :now WHERE name IN (SELECT value FROM json_each(:names))
+RETURNING name
 
 
 -- name: lease_acquire
@@ -462,8 +608,13 @@ VALUES (:name, :spec, :interval, :task, :args, :kwargs, :options,
         :next_at, :origin, :kind, :tz, :now)
 ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, interval = excluded.interval,
   task = excluded.task, args = excluded.args, kwargs = excluded.kwargs,
-  options = excluded.options, origin = excluded.origin, updated_at = excluded.updated_at,
+  origin = excluded.origin, updated_at = excluded.updated_at,
   kind = excluded.kind, tz = excluded.tz,
+  -- The beat's own state in the options object (alkstore_state) is kept.
+  options = CASE WHEN instr({schedules}.options, '"alkstore_state"') = 0 THEN excluded.options
+                 ELSE json_set(excluded.options, '$.alkstore_state',
+                               json(json_extract({schedules}.options, '$.alkstore_state')))
+            END,
   next_at = CASE WHEN :keep AND ({schedules}.kind, {schedules}.spec, {schedules}.tz)
                                  = (excluded.kind, excluded.spec, excluded.tz)
                  THEN {schedules}.next_at ELSE excluded.next_at END
@@ -499,6 +650,33 @@ WHERE name = :name AND next_at = :prev
 -- Missed boundaries beyond the catch-up limit: skipped, not counted as runs.
 UPDATE {schedules} SET next_at = :new WHERE name = :name AND next_at = :prev
 
+-- name: schedule_skip_busy
+-- No stacking: due times skipped while the previous run is live, counted in the options
+-- object's alkstore_state.skipped; guarded by the boundary as an advance is.
+UPDATE {schedules} SET next_at = :new,
+  options = json_set(options, '$.alkstore_state',
+    json_set(COALESCE(json_extract(options, '$.alkstore_state'), '{}'), '$.skipped',
+             COALESCE(json_extract(options, '$.alkstore_state.skipped'), 0) + :count))
+WHERE name = :name AND next_at = :prev
+
+-- name: schedule_set_job
+-- No stacking: the job id (primary key) of the schedule's last run.
+UPDATE {schedules} SET options = json_set(options, '$.alkstore_state',
+    json_set(COALESCE(json_extract(options, '$.alkstore_state'), '{}'), '$.job', :job))
+WHERE name = :name
+
+-- name: schedule_job_floor
+-- The highest job id before a fire's publish (a primary-key read).
+SELECT COALESCE(max(id), 0) AS id FROM {jobs}
+
+-- name: schedule_job_since
+-- The job a fire just published: ids above the floor only (a primary-key range).
+SELECT id FROM {jobs} WHERE id > :floor AND msg_id = :msg ORDER BY id DESC LIMIT 1
+
+-- name: schedule_job_live
+-- Whether the job is still queued, delayed or claimed (a primary-key read).
+SELECT count(*) AS n FROM {jobs} WHERE id = :id
+
 -- name: schedule_ran_now
 UPDATE {schedules} SET run_requested = NULL, last_run_at = :now,
   run_count = run_count + 1, last_error = NULL
@@ -506,6 +684,16 @@ WHERE name = :name AND run_requested = :requested
 
 -- name: schedule_failed
 UPDATE {schedules} SET last_error = :error WHERE name = :name
+
+-- name: schedule_savepoint
+-- One schedule's fire inside a tick (ScheduleTick.savepoint): its failure undoes it alone.
+SAVEPOINT alkstore_fire
+
+-- name: schedule_savepoint_undo
+ROLLBACK TO SAVEPOINT alkstore_fire
+
+-- name: schedule_savepoint_release
+RELEASE SAVEPOINT alkstore_fire
 
 -- name: schedule_run_now
 UPDATE {schedules} SET run_requested = COALESCE(run_requested, :now) WHERE name = :name
@@ -529,3 +717,42 @@ DELETE FROM {paused_queues} WHERE queue = :name RETURNING queue
 
 -- name: paused_list
 SELECT queue, paused_at FROM {paused_queues} ORDER BY queue
+
+
+-- Concurrency limits (migration 0007, store/limits.py, docs/flow-control.md).
+
+-- name: limit_set
+-- The limit of a queue (key NULL) or of one key of it (the key "*": every key without
+-- its own), the queue's row made if it has none (a queue declared later keeps it).
+INSERT INTO {queues} AS q (name, last_used, max_claimed, key_limits)
+VALUES (:queue, :now, CASE WHEN :key IS NULL THEN :n END,
+        CASE WHEN :key IS NOT NULL THEN json_object(:key, :n) END)
+ON CONFLICT (name) DO UPDATE SET
+  max_claimed = CASE WHEN :key IS NULL THEN :n ELSE q.max_claimed END,
+  key_limits = CASE WHEN :key IS NULL THEN q.key_limits
+                    ELSE json_patch(COALESCE(q.key_limits, '{}'), json_object(:key, :n)) END
+RETURNING name
+
+-- name: limit_clear
+-- No limit any more on the queue (key NULL) or on one key of it.
+UPDATE {queues} SET
+  max_claimed = CASE WHEN :key IS NULL THEN NULL ELSE max_claimed END,
+  key_limits = CASE WHEN :key IS NULL THEN key_limits
+                    ELSE NULLIF(json_patch(COALESCE(key_limits, '{}'),
+                                           json_object(:key, json('null'))), '{}') END
+WHERE name = :queue
+RETURNING name
+
+-- name: limits_list
+-- Every queue with a limit and its live claims (QueueLimit rows, store/limits.py).
+SELECT lq.name AS queue, lq.max_claimed, lq.key_limits,
+       (SELECT count(*) FROM {jobs} j
+        WHERE j.queue = lq.name AND j.state = 'processing' AND j.deadline > :now) AS used
+FROM {queues} lq WHERE {has_limit} ORDER BY lq.name
+
+-- name: limit_keys_used
+-- The live claims per key of the queues with per-key limits.
+SELECT j.queue, j.limit_key, count(*) AS used
+FROM {jobs} j JOIN {queues} lq ON lq.name = j.queue AND lq.key_limits IS NOT NULL
+WHERE j.state = 'processing' AND j.deadline > :now AND j.limit_key IS NOT NULL
+GROUP BY j.queue, j.limit_key ORDER BY j.queue, j.limit_key

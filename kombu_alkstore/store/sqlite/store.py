@@ -16,14 +16,19 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ...errors import ConfigurationError, StoreUnavailable
+from ...errors import ConfigurationError, SchemaMissing, StoreUnavailable
 from ..admin import TOTAL_MINUTE, RatePoint
 from ..adopt import driver_connection
-from ..base import (
-    AMBIENT,
+from ..ambient import AMBIENT
+from ..interface import Store
+from ..options import StoreOptions, StoreURL, check_text_params, validate_name
+from ..schedules import ScheduleTick
+from ..schema import SCHEMA_VERSION, migrations, require_current
+from ..sqlfile import load_queries
+from ..statements import STATEMENTS
+from ..values import (
     EXCHANGE_TYPES,
     MAINTENANCE_JOBS,
-    STATEMENTS,
     Capabilities,
     Delivery,
     Job,
@@ -31,13 +36,9 @@ from ..base import (
     NewJob,
     QueueCounts,
     Row,
-    ScheduleTick,
-    Store,
 )
-from ..options import StoreOptions, StoreURL, check_text_params, validate_name
-from ..schema import SCHEMA_VERSION, migrations, require_current
-from ..sqlfile import load_queries
 from .connection import MappedConnection, autocommits, connect, execute
+from .engine import ENGINE
 from .waiter import SQLiteWaiter
 
 #: The statements this engine runs itself, beyond the base class's.
@@ -54,10 +55,13 @@ _OWN_STATEMENTS = frozenset(
         "version",
         "ping",
         "insert",
+        "insert_unique",
         "claim_probe",
         "take_spent",
         "bury",
         "claim_pick",
+        "claim_pick_limited",
+        "limited_queues",
         "claim",
         "next_due",
         "ack",
@@ -69,9 +73,11 @@ _OWN_STATEMENTS = frozenset(
         "lapsed_bury",
         "lapsed_delete",
         "retention",
+        "revokes_gone",
         "expired_queues",
         "expired_queues_bindings",
         "expired_queues_jobs",
+        "expired_queues_rates",
         "counts",
         "dead_list",
         "dead_requeue",
@@ -88,6 +94,7 @@ _OWN_STATEMENTS = frozenset(
         "queue_delete_row",
         "queue_delete_bindings",
         "queue_delete_jobs",
+        "queue_delete_rates",
         "touch_queues",
     ]
 )
@@ -96,7 +103,7 @@ _OWN_STATEMENTS = frozenset(
 class SQLiteStore(Store):
     """The store in one SQLite file (WAL mode), safe for several processes on one host."""
 
-    engine = "sqlite"
+    engine = ENGINE.name  # as the package describes itself (engine.py)
     # No listener (the waiter polls), no hand-off, no claim session, publishes confirmed
     # as they commit; a caller's open transaction holds the file's only write lock, so
     # declarations join it.
@@ -105,6 +112,13 @@ class SQLiteStore(Store):
     database_errors = (StoreUnavailable, sqlite3.Error)
 
     def __init__(self, url: StoreURL, options: StoreOptions) -> None:
+        if not options.setup and not os.path.exists(url.path or ""):
+            # Opening it would create an empty file where the path was mistyped.
+            raise SchemaMissing(
+                f"the alkstore tables are missing in {url.path!r} (prefix "
+                f"{options.schema!r}): that SQLite database does not exist; check the path, "
+                "or create it with `kombu-alkstore setup`"
+            )
         super().__init__(url, options)
         self.path = url.path
         self._pid = os.getpid()
@@ -144,13 +158,29 @@ class SQLiteStore(Store):
             yield self._adopt(ambient)
             return
         with self._lock:
-            self._db.execute(self._sql["begin"])
+            self._begin()
             try:
                 yield self._db
             except BaseException:
                 self._db.execute(self._sql["rollback"])
                 raise
             self._db.execute(self._sql["commit"])
+
+    def _begin(self) -> None:
+        """BEGIN IMMEDIATE: the write lock, waited for ``busy_timeout`` seconds. Still
+        held then: StoreUnavailable saying who may hold it (a retry may succeed)."""
+        try:
+            self._db.execute(self._sql["begin"])
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+            raise StoreUnavailable(
+                f"the broker's SQLite file {self.url.path} stayed locked for "
+                f"busy_timeout={self.options.busy_timeout:g} s: another connection holds a "
+                "write transaction on it. If it is your own (a Django or SQLAlchemy "
+                "transaction on this file), publish inside it: kombu_alkstore.django.atomic() "
+                "or kombu_alkstore.transaction(conn)"
+            ) from exc
 
     def _exec(self, conn: sqlite3.Connection, key: str, params: dict[str, Any] | None = None):
         """Statement ``key`` on ``conn``, rows as mappings; ``:now`` is bound unless
@@ -179,6 +209,7 @@ class SQLiteStore(Store):
             return self._exec(conn, key, _with_now(params)).rowcount
 
     def close(self) -> None:
+        self.closed = True
         if os.getpid() == self._pid:
             self.rates_tally.close()
             with self._lock:
@@ -204,14 +235,18 @@ class SQLiteStore(Store):
         return int(row["value"]) if row else None
 
     # ------------------------------------------------------------------- enqueue
-    def _insert(self, jobs: list[NewJob]) -> list[int]:
-        now = time.time()
-        ids = []
+    def _insert(self, jobs: list[NewJob]) -> list[int | None]:
+        ids: list[int | None] = []
         with self._write() as conn:
+            now = time.time()  # once the write lock is ours: the wait for it is not delay
             for j in jobs:
                 run_at = now + j.delay if j.delay is not None else (j.run_at or now)
                 params = {**self._job_params(j), "run_at": run_at, "now": now}
-                ids.append(self._exec(conn, "insert", params).fetchone()["id"])
+                if j.unique_key is None:
+                    ids.append(self._exec(conn, "insert", params).fetchone()["id"])
+                else:  # no row: a live job holds the key (the write lock orders them)
+                    row = self._exec(conn, "insert_unique", params).fetchone()
+                    ids.append(row["id"] if row else None)
         return ids
 
     # --------------------------------------------------------------------- claim
@@ -226,18 +261,23 @@ class SQLiteStore(Store):
                 if self._exec(conn, "claim_probe", params).fetchone() is None:
                     return []
         with self._write() as conn:
+            # The time the lock was ours, not before waiting for it up to busy_timeout:
+            # a claim stamped before the wait would be born with its deadline passed.
+            params["now"] = time.time()
             spent = self._exec(conn, "take_spent", params).fetchall()
             if spent:
                 self._bury(conn, spent, "attempts exhausted", params["now"])
-            order = [r["id"] for r in self._exec(conn, "claim_pick", params)]
-            if not order:
+            # A queue with a concurrency limit: the statement that counts (docs/flow-control.md).
+            limited = self._exec(conn, "limited_queues", params).fetchone() is not None
+            pick = "claim_pick_limited" if limited else "claim_pick"
+            picked = {r["id"]: bool(r["revoked"]) for r in self._exec(conn, pick, params)}
+            if not picked:
                 return []
+            order = list(picked)
             params["ids"] = json.dumps(order)
             rows = {r["id"]: r for r in self._exec(conn, "claim", params)}
         # In the candidates' order (priority DESC, run_at, id), which RETURNING loses.
-        # (revoked_at as is: "revoked_at IS NOT NULL" in this RETURNING read 1 for every
-        # row on SQLite 3.40)
-        return [_delivery(rows[i]) for i in order if i in rows]
+        return [Delivery(**rows[i], revoked=picked[i]) for i in order if i in rows]
 
     def has_due(self, queues: Sequence[str]) -> bool:
         params = {"queues": json.dumps(list(queues))}
@@ -265,12 +305,16 @@ class SQLiteStore(Store):
     def _extend_held(self, held: list[Delivery], extend: float | None) -> set[int]:
         if not held:
             return set()
-        return set(self._column("heartbeat", {"held": self._held(held), "extend": extend}))
+        # In a write transaction, so that ``now`` (judging and extending the claims) is
+        # bound once the lock is ours, not before a wait for it.
+        with self._write() as conn:
+            params = {"held": self._held(held), "extend": extend, "now": time.time()}
+            return {r["id"] for r in self._exec(conn, "heartbeat", params)}
 
     def _pend_held(self, held: list[tuple[Delivery, float, int]]) -> set[int]:
         landed = set()
-        now = time.time()
         with self._write() as conn:
+            now = time.time()
             for d, delay, refund in held:
                 params = {"held": self._held([d]), "run_at": now + delay, "refund": refund}
                 row = self._exec(conn, "pend", {**params, "now": now}).fetchone()
@@ -281,8 +325,8 @@ class SQLiteStore(Store):
     def _kill_held(self, held: list[Delivery], error: str) -> set[int]:
         if not held:
             return set()
-        now = time.time()
         with self._write() as conn:
+            now = time.time()
             rows = self._exec(conn, "take_held", {"held": self._held(held), "now": now})
             rows = rows.fetchall()
             self._bury(conn, rows, error, now)
@@ -294,29 +338,35 @@ class SQLiteStore(Store):
             raise ConfigurationError(f"unknown maintenance job {job!r}: {MAINTENANCE_JOBS}")
         if job == "dead_offers":
             return MaintenanceResult(job)  # no hand-off offers on SQLite
+        batch = self.options.maintenance_batch
         params = {
-            "now": time.time(),
             "retention": self.options.dead_letter_retention,
             "grace": self.options.queue_expiry_grace,
+            "batch": batch,
         }
         with self._write() as conn:
+            params["now"] = time.time()
             if job == "expire":
                 buried = self._exec(conn, "expire_bury", params).rowcount
                 gone = self._exec(conn, "expire_delete", params).rowcount
-                return MaintenanceResult(job, count=buried, dropped=gone - buried)
+                return MaintenanceResult(
+                    job, count=buried, dropped=gone - buried, more=gone >= batch
+                )
             if job == "lapsed":
                 self._exec(conn, "lapsed_bury", params)
-                return MaintenanceResult(
-                    job, count=self._exec(conn, "lapsed_delete", params).rowcount
-                )
+                gone = self._exec(conn, "lapsed_delete", params).rowcount
+                return MaintenanceResult(job, count=gone, more=gone >= batch)
             if job == "retention":
-                return MaintenanceResult(job, count=self._exec(conn, "retention", params).rowcount)
-            # expired_queues
+                revoked = self._exec(conn, "revokes_gone", params).rowcount
+                gone = self._exec(conn, "retention", params).rowcount
+                return MaintenanceResult(job, count=gone, more=max(gone, revoked) >= batch)
+            # expired_queues (not batched: the queues are few, their jobs go with them)
             names = sorted(r["name"] for r in self._exec(conn, "expired_queues", params))
             if names:
                 params["names"] = json.dumps(names)
                 self._exec(conn, "expired_queues_bindings", params)
                 self._exec(conn, "expired_queues_jobs", params)
+                self._exec(conn, "expired_queues_rates", params)
                 self._exec(conn, "bump_routing")
             return MaintenanceResult(job, count=len(names), queues=tuple(names))
 
@@ -392,11 +442,13 @@ class SQLiteStore(Store):
         with self._write() as conn:
             self._exec(conn, "queue_delete_row", {"name": name})
             self._changed(conn, "queue_delete_bindings", {"name": name})
+            self._exec(conn, "queue_delete_rates", {"name": name})
             return self._exec(conn, "queue_delete_jobs", {"name": name}).rowcount
 
-    def touch_queues(self, names: Sequence[str]) -> None:
-        if names:
-            self._run("touch_queues", {"names": json.dumps(list(names))})
+    def touch_queues(self, names: Sequence[str]) -> set[str]:
+        if not names:
+            return set()
+        return set(self._column("touch_queues", {"names": json.dumps(list(names))}))
 
     # ----------------------------------------------------------------- schedules
     @contextmanager
@@ -408,6 +460,12 @@ class SQLiteStore(Store):
                 yield ScheduleTick(self._sql, MappedConnection(conn))
             finally:
                 AMBIENT.reset(token)
+
+    # ------------------------------------------------------------------- results
+    def _new_results(self) -> Any:
+        from .results import SQLiteResults
+
+        return SQLiteResults(self)
 
     # -------------------------------------------------------------------- wakeup
     def waiter(self) -> SQLiteWaiter:
@@ -438,13 +496,6 @@ class SQLiteStore(Store):
                 "`transaction.atomic()`)"
             )
         return conn
-
-
-def _delivery(row: Row) -> Delivery:
-    """A claimed row (``claim``'s columns) as a Delivery; revoked when ``revoked_at`` is set."""
-    fields = dict(row)
-    revoked_at = fields.pop("revoked_at")
-    return Delivery(**fields, revoked=revoked_at is not None)
 
 
 def _with_now(params: dict[str, Any] | None) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ..base import Waiter, Wakeup
+from ..waiter import Waiter, Wakeup
 from .connection import connect
 
 

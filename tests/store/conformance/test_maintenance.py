@@ -80,6 +80,8 @@ def test_queue_expires_drops_the_unused_queue(opener):
     store.bind("ex", "kept", "kept")
     store.enqueue("gone", b"x")
     store.enqueue("kept", b"y")
+    store.rates_tally.flush()
+    assert {t.queue for t in store.rate_totals()} == {"gone", "kept"}
     assert store.queue_exists("gone")
     assert store.sweep().queues_dropped == ()
     time.sleep(0.3)
@@ -89,6 +91,9 @@ def test_queue_expires_drops_the_unused_queue(opener):
     assert not store.queue_exists("gone")
     assert store.queue_exists("kept") and store.queue_exists("plain")
     assert store.bindings("ex") == [("kept", "kept")]
+    # Its counts too (issue 29, defect 12: /metrics series of transient queues that
+    # never ended, a new set for every process).
+    assert {t.queue for t in store.rate_totals()} == {"kept"}
     assert store.claim(["gone"], 10) == []
     assert [d.body for d in store.claim(["kept"], 10)] == [b"y"]
     assert store.sweep().queues_dropped == ()

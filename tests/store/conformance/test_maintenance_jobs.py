@@ -229,3 +229,39 @@ def test_a_round_runs_every_job_once(scene):
 def test_an_unknown_job_is_refused(store):
     with pytest.raises(ConfigurationError, match="unknown maintenance job 'vacuum'"):
         store.maintain("vacuum")
+
+
+BATCH = 5
+
+
+def test_each_run_deletes_at_most_a_batch_and_says_when_there_may_be_more(opener):
+    """``maintenance_batch`` bounds every run of a job (12 expired jobs, batch 5: 5, 5,
+    then 2 and no more), and a round finishes the job in runs of its own."""
+    store = opener(maintenance_batch=BATCH)
+    t0 = time.time()
+    for i in range(12):
+        store.enqueue("tasks", b"e", expires_at=t0 - 1, msg_id=f"exp-{i}")
+    runs = [store.maintain("expire") for _ in range(3)]
+    assert [(r.count, r.more) for r in runs] == [(5, True), (5, True), (2, False)]
+    assert [c.dead for c in store.counts(["tasks"])] == [12]
+
+
+def test_a_round_runs_a_full_job_again_until_done(opener):
+    store = opener(maintenance_batch=BATCH, dead_letter_retention=0.1)
+    t0 = time.time()
+    for i in range(12):
+        store.enqueue("tasks", b"e", expires_at=t0 - 1, msg_id=f"exp-{i}")
+    [expire] = [r for r in store.maintain_until_done() if r.job == "expire"]
+    assert (expire.count, expire.more) == (12, False)
+    time.sleep(0.2)
+    [retention] = [r for r in store.maintain_until_done() if r.job == "retention"]
+    assert (retention.count, retention.more) == (12, False)
+    assert store.dead_list("tasks") == []
+
+
+def test_maintenance_batch_must_be_a_positive_integer(opener):
+    for bad in (0, -1, 2.5):
+        with pytest.raises(
+            ConfigurationError, match="option maintenance_batch (must be|has a bad)"
+        ):
+            opener(maintenance_batch=bad)

@@ -1,0 +1,37 @@
+"""Options and argument types more than one command takes."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+
+
+def add_connection_options(
+    parser: argparse.ArgumentParser, environ: Mapping[str, str] | None
+) -> None:
+    """``-b/--broker`` and ``--schema``; with ``environ=None`` they default to nothing, so a
+    subcommand's copy never overrides a value given before the command."""
+    suppress = environ is None
+    parser.add_argument(
+        "-b",
+        "--broker",
+        default=argparse.SUPPRESS if suppress else environ.get("CELERY_BROKER_URL"),
+        metavar="URL",
+        help="broker URL (default: $CELERY_BROKER_URL)",
+    )
+    parser.add_argument(
+        "--schema",
+        default=argparse.SUPPRESS if suppress else environ.get("ALKSTORE_SCHEMA", "alkstore"),
+        help="store schema, the transport option `schema` (default: $ALKSTORE_SCHEMA or alkstore)",
+    )
+
+
+def positive(text: str) -> float:
+    """An argparse type: a number above 0 (ArgumentTypeError otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value

@@ -1,0 +1,51 @@
+"""A transport's own daemon thread, started on demand and stopped with its connection."""
+
+from __future__ import annotations
+
+import threading
+
+
+class WorkerThread:
+    """Runs ``self._run(stop)`` in one daemon thread named ``name`` at a time.
+
+    :meth:`ensure_started` starts it unless it runs (thread-safe; :meth:`_starting` runs
+    first, under the lock); :meth:`stop` sets its stop event and joins it for up to
+    ``join_timeout`` seconds (not from the thread itself). A later start makes a new one.
+    """
+
+    name = "alkstore-thread"
+    join_timeout = 5.0
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def ensure_started(self) -> None:
+        if self._thread is not None:
+            return
+        with self._lock:
+            if self._thread is None:
+                self._starting()
+                self._stop = threading.Event()
+                self._thread = threading.Thread(
+                    target=self._run, args=(self._stop,), name=self.name, daemon=True
+                )
+                self._thread.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stop.set()
+            thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=self.join_timeout)
+
+    def _starting(self) -> None:
+        """Called under the lock just before a new thread starts."""
+
+    def _run(self, stop: threading.Event) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
