@@ -26,7 +26,8 @@ kill_publisher
 
 PostgreSQL runs in a private throwaway cluster (``initdb`` on a free loopback port, see
 ``tests/private_pg.py``), never the shared server; SQLite in a fresh WAL file. Everything is
-loopback only and bounded: the chaos stops after ``S`` seconds, the settle phase after a cap.
+loopback only and bounded: the chaos stops after ``S`` seconds (or, when a kind has not been
+injected yet, once every kind has been, within another ``S`` or 30 s), the settle phase after a cap.
 
 Proof, from the tasks' own records (each run appends one line to a file with ``O_APPEND``,
 never to the broker): every task ran at least once or sits in the dead letters; **lost**
@@ -427,7 +428,10 @@ class Soak:
         last_restart = 0.0
         first = list(kinds)
         self.rnd.shuffle(first)
-        while time.monotonic() < end:
+        # Past the end only while a kind has yet to be injected once (for at most 30 s more,
+        # or one more span if longer).
+        overtime = end + max(self.s.duration, 30.0)
+        while time.monotonic() < end or (first and time.monotonic() < overtime):
             self.supervise(rate)
             if time.monotonic() >= next_fault:
                 # Every kind once (in a random order) first, then at random by weight.
