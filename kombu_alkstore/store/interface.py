@@ -27,6 +27,7 @@ from .ambient import unbound
 from .backoff import backoff_delay
 from .checks import check_lease_ttl, check_queue_args, is_number
 from .claims import ClaimSession
+from .health import HealthReads
 from .limits import LimitStatements, limit_key_of
 from .options import StoreOptions, StoreURL, validate_name
 from .reads import DashboardReads
@@ -52,7 +53,7 @@ def _handles(deliveries: Iterable[Delivery]) -> list[Delivery]:
     return list(deliveries)
 
 
-class Store(DashboardReads, LimitStatements, ScheduleStatements, Statements):
+class Store(DashboardReads, HealthReads, LimitStatements, ScheduleStatements, Statements):
     """Queue tables on one database. Thread-safe; one instance per process is enough.
 
     An engine is a package under ``store/`` (``postgres/``, ``sqlite/``) implementing the

@@ -39,6 +39,8 @@ STATEMENTS = frozenset(
         "dead_count",
         "dead_ids",
         "claim_stats",
+        "horizon_holders",
+        "table_health",
         "rates_since",
         "rates_totals",
         "rates_trim",

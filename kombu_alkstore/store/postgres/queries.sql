@@ -982,3 +982,40 @@ SELECT j.queue, j.limit_key, count(*)::int AS used
 FROM {jobs} j JOIN {queues} lq ON lq.name = j.queue AND lq.key_limits IS NOT NULL
 WHERE j.state = 'processing' AND j.deadline > {now} AND j.limit_key IS NOT NULL
 GROUP BY j.queue, j.limit_key ORDER BY j.queue, j.limit_key
+
+-- name: horizon_holders
+-- What keeps this database's dead row versions from being removed (store/health.py):
+-- this database's transactions open longer than %(older_than)s seconds, replication
+-- slots holding an xmin, prepared transactions; the oldest horizon first.
+SELECT h.* FROM (
+  SELECT 'session' AS kind, a.pid::text AS holder, a.state, a.application_name AS app,
+         a.usename::text AS role, extract(epoch FROM now() - a.xact_start)::float8 AS age,
+         age(COALESCE(a.backend_xid, a.backend_xmin))::bigint AS xids
+  FROM pg_stat_activity a
+  WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+    AND (a.backend_xid IS NOT NULL OR a.backend_xmin IS NOT NULL)
+    AND a.xact_start < now() - make_interval(secs => %(older_than)s::float8)
+  UNION ALL
+  SELECT 'slot', s.slot_name::text, CASE WHEN s.active THEN 'active' ELSE 'inactive' END,
+         NULL, NULL, NULL, age(s.xmin)::bigint
+  FROM pg_replication_slots s WHERE s.xmin IS NOT NULL
+  UNION ALL
+  SELECT 'prepared', p.gid, 'prepared', NULL, p.owner::text,
+         extract(epoch FROM now() - p.prepared)::float8, age(p.transaction)::bigint
+  FROM pg_prepared_xacts p WHERE p.database = current_database()
+) h
+ORDER BY h.xids DESC NULLS LAST
+LIMIT %(limit)s
+
+-- name: table_health
+-- The store's tables: the server's live and dead row estimates, size, last vacuum, and
+-- whether autovacuum runs on them (the server's setting and the table's own).
+SELECT s.relname::text AS "table", s.n_live_tup::bigint AS live, s.n_dead_tup::bigint AS dead,
+       pg_total_relation_size(s.relid)::bigint AS bytes,
+       extract(epoch FROM GREATEST(s.last_vacuum, s.last_autovacuum))::float8 AS vacuumed_at,
+       (current_setting('autovacuum')::boolean AND COALESCE(
+          (SELECT o.option_value FROM pg_options_to_table(c.reloptions) o
+           WHERE o.option_name = 'autovacuum_enabled'), 'on')::boolean) AS autovacuum
+FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+WHERE s.schemaname = %(schema)s AND s.relname = ANY(%(tables)s::text[])
+ORDER BY s.n_dead_tup DESC, s.relname

@@ -756,3 +756,15 @@ SELECT j.queue, j.limit_key, count(*) AS used
 FROM {jobs} j JOIN {queues} lq ON lq.name = j.queue AND lq.key_limits IS NOT NULL
 WHERE j.state = 'processing' AND j.deadline > :now AND j.limit_key IS NOT NULL
 GROUP BY j.queue, j.limit_key ORDER BY j.queue, j.limit_key
+
+-- name: horizon_holders
+-- SQLite keeps no old row versions: nothing holds them (store/health.py).
+SELECT NULL AS kind, NULL AS holder, NULL AS state, NULL AS app, NULL AS role,
+       NULL AS age, NULL AS xids
+WHERE 0
+
+-- name: table_health
+-- No dead row versions to report (a deleted row's page is reused at once).
+SELECT NULL AS "table", NULL AS live, NULL AS dead, NULL AS bytes, NULL AS vacuumed_at,
+       NULL AS autovacuum
+WHERE 0

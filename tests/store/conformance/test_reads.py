@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from kombu_alkstore.store import NewJob
 from tests.store.conformance.helpers import EPS, claim_one, total_jobs
 
@@ -65,3 +67,19 @@ def test_purge_deletes_pending_only(store):
     assert store.purge("q") == 0
     assert store.purge("nope") == 0
     assert total_jobs(store, "other") == 1
+
+
+# --------------------------------------------------------------------- vacuum health
+def test_vacuum_health_names_only_the_store_tables(store):
+    store.enqueue("q", b"x")
+    health = store.vacuum_health(older_than=0)
+    assert isinstance(health.holders, tuple) and isinstance(health.tables, tuple)
+    names = {t.name for t in store.tables.all()}
+    assert {t.table for t in health.tables} <= names
+    assert health.dead_rows == sum(t.dead for t in health.tables) >= 0
+
+
+def test_vacuum_health_refuses_a_bad_age(store):
+    for bad in (-1, float("nan")):
+        with pytest.raises(ValueError, match="older_than must be a number of seconds"):
+            store.vacuum_health(older_than=bad)
