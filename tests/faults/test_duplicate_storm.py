@@ -2,8 +2,9 @@
 workers with ``task_acks_late``, default transport options, a burst of 3,000 tasks from
 one producer, on a fresh PostgreSQL cluster whose schema and default queue already had a
 busy history (workers killed with -9 mid-backlog with 2 s and 5 s visibility timeouts and
-countdowns, a poison task, a remote-control shutdown, extra bindings). Twenty runs, each
-with zero tasks executed twice; a trigger records every change of the jobs table meanwhile,
+countdowns, a poison task, a remote-control shutdown, extra bindings). Eight runs in CI
+(``ALKSTORE_STORM_RUNS=20`` for the twenty of the deep run), each with zero tasks executed
+twice; a trigger records every change of the jobs table meanwhile,
 so a run that ever executes a task twice fails saying how its job got there again.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import os
 import signal
 
 import psycopg
@@ -29,7 +31,8 @@ from tests.helpers import (
 )
 from tests.private_pg import private_cluster
 
-RUNS = 20
+#: Bursts: 8 in CI (about 100 s); ALKSTORE_STORM_RUNS=20 for the twenty of defect 0's round.
+RUNS = int(os.environ.get("ALKSTORE_STORM_RUNS", "8"))
 TASKS = 3000
 
 
