@@ -70,6 +70,11 @@ class Maintenance:
         gone = store.results().cleanup()
         if gone.results or gone.chords:
             logger.info("alkstore maintenance: results %d, chords %d", gone.results, gone.chords)
+        # Operators' acts past the acts_retention option (the only delete the acts
+        # table admits, store/acts.py).
+        trimmed = store.trim_acts(batch=store.options.maintenance_batch)
+        if trimmed:
+            logger.info("alkstore maintenance: acts past retention %d", trimmed)
 
     def release(self, store: Store) -> None:
         """Give the lease up (a clean close): the next worker's round takes it at once.

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import ConfigurationError, StoreUnavailable
+from .acts import ACT_IDS_CAP, Actor
 from .admin import RatePoint, RateTally
 from .ambient import unbound
 from .backoff import backoff_delay
@@ -410,25 +411,47 @@ class Store(DashboardReads, HealthReads, LimitStatements, ScheduleStatements, St
     def counts(self, queues: Sequence[str] | None = None) -> list[QueueCounts]:
         """Per-queue counts for the given queues (default: every queue with jobs or dead)."""
 
-    def purge(self, queue: str) -> int:
-        """Delete the queue's pending jobs; return how many."""
-        return self._run("purge", {"queue": queue})
+    def purge(self, queue: str, actor: Actor | None = None) -> int:
+        """Delete the queue's pending jobs; return how many. With ``actor``, the purge is
+        recorded as an act in its transaction (none when nothing was purged; see
+        :mod:`.acts`)."""
+        change = self._acting(
+            "queue_purge", actor, lambda run: run("purge", self._cap({"queue": queue}))
+        )
+        return sum(g.count or 0 for g in change)
+
+    @staticmethod
+    def _cap(params: dict[str, Any]) -> dict[str, Any]:
+        """A change's parameters with ``cap``, the job ids its act keeps at most."""
+        return {**params, "cap": ACT_IDS_CAP}
 
     @abc.abstractmethod
     def dead_list(self, queue: str | None = None, limit: int = 100) -> list[Job]:
         """Dead letters, newest first."""
 
+    # An operator's change below, given an ``actor``, is recorded as an act in the
+    # change's transaction, one per queue changed (none when nothing changed; .acts).
     @abc.abstractmethod
-    def dead_requeue(self, ids: Sequence[int] | None = None, queue: str | None = None) -> int:
+    def dead_requeue(
+        self,
+        ids: Sequence[int] | None = None,
+        queue: str | None = None,
+        actor: Actor | None = None,
+    ) -> int:
         """Move dead letters back to pending (attempts reset); ``ids=None`` means all
         (of ``queue`` when given). Returns how many moved."""
 
     @abc.abstractmethod
-    def dead_purge(self, ids: Sequence[int] | None = None, queue: str | None = None) -> int:
+    def dead_purge(
+        self,
+        ids: Sequence[int] | None = None,
+        queue: str | None = None,
+        actor: Actor | None = None,
+    ) -> int:
         """Delete dead letters; ``ids=None`` means all (of ``queue`` when given)."""
 
     @abc.abstractmethod
-    def dead_move(self, ids: Sequence[int], queue: str) -> int:
+    def dead_move(self, ids: Sequence[int], queue: str, actor: Actor | None = None) -> int:
         """Requeue the dead letters ``ids`` to another ``queue`` (attempts reset)."""
 
     @abc.abstractmethod

@@ -29,6 +29,9 @@ class StoreOptions:
     max_attempts: int = 3
     backoff_base: float = 5.0
     dead_letter_retention: float | None = None
+    #: Seconds an operator's act is kept (store/acts.py): the maintenance holder trims
+    #: older ones; None keeps every act. Default: 400 days.
+    acts_retention: float | None = 400 * 86400.0
     #: A queue with ``x-expires`` is dropped no sooner than this long after its last use:
     #: live consumers refresh their queues on the (≤ 60 s) sweep timer, so a shorter
     #: expiry alone would drop the queues of running workers.
@@ -103,6 +106,8 @@ class StoreOptions:
             )
         if self.dead_letter_retention is not None:
             _positive(self.dead_letter_retention, "dead_letter_retention")
+        if self.acts_retention is not None:
+            _positive(self.acts_retention, "acts_retention")
         _positive(self.pool_max_idle, "pool_max_idle")
 
     @classmethod

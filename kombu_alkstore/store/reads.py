@@ -3,25 +3,28 @@ neutral, each one named statement of the engine's ``queries.sql``."""
 
 from __future__ import annotations
 
+from .acts import Actor, ActStatements
 from .admin import ANY_DEAD, TOTAL_MINUTE, ClaimStat, DeadFilter, RatePoint
 from .options import validate_name
-from .statements import Statements
 from .values import Job
 
 
-class DashboardReads(Statements):
+class DashboardReads(ActStatements):
     """Queue pause and the dashboard's reads, a part of :class:`~.interface.Store`."""
 
-    def pause_queue(self, name: str) -> bool:
+    def pause_queue(self, name: str, actor: Actor | None = None) -> bool:
         """Pause ``name``: claims and hand-offs skip it, publishes still land; kept until
-        :meth:`resume_queue` (across restarts). False when it was paused already."""
+        :meth:`resume_queue` (across restarts). False when it was paused already. With
+        ``actor``, the pause is recorded as an act in its transaction (none when it was
+        paused already; see :mod:`.acts`)."""
         validate_name(name, "queue name")
-        return bool(self._all("queue_pause", {"name": name}))
+        return bool(self._acting("queue_pause", actor, _queue_state("queue_pause", name)))
 
-    def resume_queue(self, name: str) -> bool:
-        """Resume a paused queue and wake its consumers; False when it was not paused."""
+    def resume_queue(self, name: str, actor: Actor | None = None) -> bool:
+        """Resume a paused queue and wake its consumers; False when it was not paused.
+        With ``actor``, recorded as an act (none when it was not paused)."""
         validate_name(name, "queue name")
-        return bool(self._all("queue_resume", {"name": name}))
+        return bool(self._acting("queue_resume", actor, _queue_state("queue_resume", name)))
 
     def paused_queues(self) -> dict[str, float]:
         """Paused queue names and when each was paused (epoch seconds)."""
@@ -85,3 +88,13 @@ class DashboardReads(Statements):
     def trim_rates(self, older_than: float) -> int:
         """Delete per-minute rate rows before ``older_than`` (totals are kept)."""
         return self._run("rates_trim", {"before": older_than})
+
+
+def _queue_state(key: str, name: str):
+    """The change of a pause or resume: statement ``key``'s rows, as a change of the
+    queue's state (no jobs) for the act."""
+
+    def change(run):
+        return [{"queue": r["queue"], "n": None, "ids": None} for r in run(key, {"name": name})]
+
+    return change

@@ -23,7 +23,9 @@ from .options import validate_identifier
 #: dashboard); the beat's schedule columns; jobs.revoked_at; 4: the result backend's
 #: results, chords and chord_parts (kombu_alkstore.results); 5: revokes (a table of
 #: their own, so that recording one locks no job row); 6: jobs.unique_key,
-#: jobs.unique_claimed and the partial unique index jobs_unique (unique tasks).
+#: jobs.unique_claimed and the partial unique index jobs_unique (unique tasks); 7:
+#: concurrency limits (queues.max_claimed, key_limits, jobs.limit_key); 8: acts, the
+#: operators' acts on record (append-only, store/acts.py).
 SCHEMA_VERSION = max(LATEST.values())
 if set(LATEST.values()) != {SCHEMA_VERSION}:  # a packaging defect
     raise RuntimeError(f"the engines' migrations end at different versions: {LATEST}")
@@ -62,6 +64,7 @@ class Tables:
     chords: Table
     chord_parts: Table
     revokes: Table
+    acts: Table
 
     def all(self) -> tuple[Table, ...]:
         return tuple(getattr(self, f.name) for f in fields(self))

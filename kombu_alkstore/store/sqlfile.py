@@ -24,7 +24,7 @@ opens), never when the statement is first run.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 
 _BLOCK = re.compile(r"^--\s*(name|fragment):\s*(\w+)\s*$", re.M)
@@ -91,16 +91,26 @@ def render(
 
 def load_queries(
     package: str,
-    filename: str,
+    filename: str | Sequence[str],
     names: Mapping[str, str],
     required: Iterable[str] = (),
 ) -> dict[str, str]:
-    """The named statements of ``filename`` in ``package``, templated with ``names``
-    (table names as written in SQL, and any constant fragments); every name in
-    ``required`` must be defined."""
-    where = f"{package}/{filename}"
-    text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
-    statements, fragments = parse_blocks(text, where)
+    """The named statements of ``filename`` in ``package`` (or of several files, read as
+    one: a fragment of one serves the others, a name defined in two is an error),
+    templated with ``names`` (table names as written in SQL, and any constant
+    fragments); every name in ``required`` must be defined."""
+    files = [filename] if isinstance(filename, str) else list(filename)
+    where = f"{package}/{'+'.join(files)}"
+    statements: dict[str, str] = {}
+    fragments: dict[str, str] = {}
+    for name in files:
+        text = resources.files(package).joinpath(name).read_text(encoding="utf-8")
+        more, pieces = parse_blocks(text, f"{package}/{name}")
+        for key in set(more) | set(pieces):
+            if key in statements or key in fragments:
+                raise SQLFileError(f"{where}: {key!r} is defined twice")
+        statements.update(more)
+        fragments.update(pieces)
     missing = sorted(set(required) - set(statements))
     if missing:
         raise SQLFileError(f"{where}: required statements missing: {', '.join(missing)}")

@@ -629,7 +629,11 @@ FROM names n LEFT JOIN live USING (queue) LEFT JOIN dl USING (queue)
 ORDER BY n.queue
 
 -- name: purge
-DELETE FROM {jobs} WHERE queue = %(queue)s AND state = 'pending'
+-- One row per queue purged: how many, the first %(cap)s ids (for its act, store/acts.py).
+WITH changed AS (
+  DELETE FROM {jobs} WHERE queue = %(queue)s AND state = 'pending' RETURNING id, queue
+)
+{changed_groups}
 
 -- name: scheduled
 SELECT {job_read} FROM {jobs}
@@ -672,9 +676,12 @@ ins AS (
                       max_attempts, visibility_timeout, backoff_base, created_at)
   SELECT id, queue, msg_id, body, priority, {now}, NULL, 0, max_attempts,
          visibility_timeout, backoff_base, created_at FROM back
-  RETURNING queue
+  RETURNING id, queue
 )
-SELECT {wake_now} AS notified FROM ins
+-- One row per queue: how many, the first %(cap)s ids (for its act), its consumers woken.
+SELECT queue, count(*)::int AS n, (array_agg(id ORDER BY id))[1:%(cap)s] AS ids,
+       {wake_now} AS notified
+FROM ins GROUP BY queue
 
 -- name: dead_move
 WITH back AS (DELETE FROM {dead} WHERE id = ANY(%(ids)s::bigint[]) RETURNING *),
@@ -685,13 +692,20 @@ ins AS (
          visibility_timeout, backoff_base, created_at FROM back
   RETURNING id
 ),
-woke AS (SELECT {wake_now} AS notified FROM (SELECT %(to)s::text AS queue) AS t)
-SELECT ins.id FROM ins, woke
+woke AS (SELECT {wake_now} AS notified FROM (SELECT %(to)s::text AS queue) AS t),
+changed AS (SELECT b.id, b.queue FROM ins JOIN back b ON b.id = ins.id, woke)
+-- One row per queue the dead letters came from (for its act, store/acts.py).
+{changed_groups}
 
 -- name: dead_purge
-DELETE FROM {dead}
-WHERE (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s))
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+-- One row per queue: how many, the first %(cap)s ids (for its act, store/acts.py).
+WITH changed AS (
+  DELETE FROM {dead}
+  WHERE (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s))
+    AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  RETURNING id, queue
+)
+{changed_groups}
 
 -- name: dead_explain
 UPDATE {dead} SET last_error = %(error)s WHERE msg_id = %(msg_id)s AND last_error = %(was)s

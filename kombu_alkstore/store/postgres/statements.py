@@ -1,7 +1,7 @@
 """The PostgreSQL engine's statements, their parameters and their rows: one module the
 store, its claim session, its waiter and its result tables all use.
 
-:class:`PostgresStatements` holds every statement of ``queries.sql`` rendered for one
+:class:`PostgresStatements` holds every statement of ``queries.sql`` (and ``acts.sql``) rendered for one
 store's tables, and binds parameters as every statement takes them. The functions below
 make the parameters of the statements on claims (:func:`handles`, :func:`pend_params`,
 :func:`rates_params`) and read a claim's rows (:func:`claimed_deliveries`), the same for
@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..acts import ACT_STATEMENTS
 from ..admin import TOTAL_MINUTE, RatePoint
 from ..options import check_text_params
 from ..sqlfile import load_queries
@@ -86,7 +87,10 @@ class PostgresStatements:
         #: The first key of the advisory locks that mark live waiters (see PostgresWaiter).
         self.lockspace = zlib.crc32(self.channel.encode()) & 0x7FFFFFFF
         self.sql: dict[str, str] = load_queries(
-            __package__, "queries.sql", names, required=STATEMENTS | OWN_STATEMENTS
+            __package__,
+            ("queries.sql", "acts.sql"),
+            names,
+            required=STATEMENTS | OWN_STATEMENTS | ACT_STATEMENTS,
         )
 
     def params(self, params: Mapping[str, Any] | None = None) -> dict[str, Any]:

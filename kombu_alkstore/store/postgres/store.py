@@ -7,7 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from itertools import groupby
 from operator import itemgetter
 from typing import Any, TypeVar
@@ -18,6 +18,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...errors import ConfigurationError, StoreUnavailable
+from ..acts import Actor, Run
 from ..admin import RatePoint
 from ..adopt import driver_connection
 from ..ambient import AMBIENT
@@ -182,6 +183,20 @@ class PostgresStore(Store):
         mappings (a caller's bound connection keeps its own row factory)."""
         sql, args = self._sql[key], self._params(params)
         return lambda conn: conn.cursor(row_factory=dict_row).execute(sql, args)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Run]:
+        """One transaction on a pooled connection (a savepoint in the caller's, when one
+        is bound); yields a function running a named statement in it, all its rows."""
+        ambient = AMBIENT.get()
+        held = nullcontext(self._adopt(ambient)) if ambient is not None else self._pool.connection()
+        with held as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+
+            def run(key: str, params: dict[str, Any] | None = None) -> list[Row]:
+                cur.execute(self._sql[key], self._params(params))
+                return cur.fetchall() if cur.description is not None else []
+
+            yield run
 
     def _all(self, key: str, params: dict[str, Any] | None = None) -> list[Row]:
         run = self._execute(key, params)
@@ -426,16 +441,41 @@ class PostgresStore(Store):
         rows = self._all("dead_list", {"queue": queue, "limit": int(limit)})
         return [Job(**r) for r in rows]
 
-    def dead_requeue(self, ids: Sequence[int] | None = None, queue: str | None = None) -> int:
-        params = {"ids": None if ids is None else list(ids), "queue": queue}
-        return self._run("dead_requeue", params)
+    def _dead_change(
+        self,
+        key: str,
+        params: dict[str, Any],
+        act: str,
+        actor: Actor | None,
+        target: str | None = None,
+    ) -> int:
+        """Statement ``key`` (one row per queue changed), with its act when ``actor``."""
+        params = self._cap(params)
+        done = self._acting(act, actor, lambda run: run(key, params), target)
+        return sum(g.count or 0 for g in done)
 
-    def dead_purge(self, ids: Sequence[int] | None = None, queue: str | None = None) -> int:
-        return self._run("dead_purge", {"ids": None if ids is None else list(ids), "queue": queue})
+    def dead_requeue(
+        self,
+        ids: Sequence[int] | None = None,
+        queue: str | None = None,
+        actor: Actor | None = None,
+    ) -> int:
+        params = {"ids": None if ids is None else [int(i) for i in ids], "queue": queue}
+        return self._dead_change("dead_requeue", params, "dead_requeue", actor)
 
-    def dead_move(self, ids: Sequence[int], queue: str) -> int:
+    def dead_purge(
+        self,
+        ids: Sequence[int] | None = None,
+        queue: str | None = None,
+        actor: Actor | None = None,
+    ) -> int:
+        params = {"ids": None if ids is None else [int(i) for i in ids], "queue": queue}
+        return self._dead_change("dead_purge", params, "dead_purge", actor)
+
+    def dead_move(self, ids: Sequence[int], queue: str, actor: Actor | None = None) -> int:
         validate_name(queue, "queue name")
-        return len(self._all("dead_move", {"ids": [int(i) for i in ids], "to": queue}))
+        params = {"ids": [int(i) for i in ids], "to": queue}
+        return self._dead_change("dead_move", params, "dead_move", actor, target=queue)
 
     def _write_rates(self, rows: list[RatePoint]) -> None:
         self._run("rates_add", rates_params(rows))

@@ -419,7 +419,8 @@ FROM names n LEFT JOIN live ON live.queue = n.queue LEFT JOIN dl ON dl.queue = n
 ORDER BY n.queue
 
 -- name: purge
-DELETE FROM {jobs} WHERE queue = :queue AND state = 'pending'
+-- The jobs purged (for the act, store/acts.py).
+DELETE FROM {jobs} WHERE queue = :queue AND state = 'pending' RETURNING id, queue
 
 -- name: scheduled
 SELECT {job_read} FROM {jobs}
@@ -470,7 +471,8 @@ SELECT queue, id, msg_id, body, priority, max_attempts, visibility_timeout, back
 FROM {dead} WHERE {dead_pick}
 
 -- name: dead_purge
-DELETE FROM {dead} WHERE {dead_pick}
+-- The dead letters deleted (for the act, store/acts.py).
+DELETE FROM {dead} WHERE {dead_pick} RETURNING id, queue
 
 -- name: dead_move_copy
 -- Dead letters (:ids) to another queue (:to), due now, attempts reset (then
@@ -481,7 +483,8 @@ SELECT :to, id, msg_id, body, priority, max_attempts, visibility_timeout, backof
 FROM {dead} WHERE id IN (SELECT value FROM json_each(:ids))
 
 -- name: dead_move_delete
-DELETE FROM {dead} WHERE id IN (SELECT value FROM json_each(:ids))
+-- The dead letters moved, by the queue they came from (for the act, store/acts.py).
+DELETE FROM {dead} WHERE id IN (SELECT value FROM json_each(:ids)) RETURNING id, queue
 
 -- name: dead_explain
 UPDATE {dead} SET last_error = :error WHERE msg_id = :msg_id AND last_error = :was

@@ -3,7 +3,8 @@ layout, since SQLite's ``ADD COLUMN`` cannot be made idempotent.
 
 Each table and index is printed as ``CREATE … IF NOT EXISTS``, read back from an
 in-memory database the migrations were run on; the migrations' other statements follow
-as written (``DROP … IF EXISTS``, ``INSERT … ON CONFLICT DO NOTHING``: they must be
+as written (``DROP … IF EXISTS``, ``INSERT … ON CONFLICT DO NOTHING``, ``CREATE TRIGGER
+IF NOT EXISTS``: they must be
 idempotent and valid on the final layout; a future SQLite table rebuild,
 ``CREATE``/copy/``DROP``/``RENAME``, would need this revisited), then the version,
 stamped only where every added column exists, so a file the script could not upgrade
@@ -23,7 +24,9 @@ if TYPE_CHECKING:
     from ..migrate import Migrations
 
 _CREATE = re.compile(r"^CREATE (TABLE|INDEX|UNIQUE INDEX) ", re.IGNORECASE)
-_LAYOUT = re.compile(r"^\s*(CREATE|ALTER)\b", re.IGNORECASE)
+# The layout read back (tables, indexes); a CREATE TRIGGER (the acts table's refusals,
+# migration 0008) is printed as written, with the other idempotent statements.
+_LAYOUT = re.compile(r"^\s*(CREATE\s+(TABLE|INDEX|UNIQUE\s+INDEX)|ALTER)\b", re.IGNORECASE)
 
 
 def _layout(found: Migrations) -> tuple[list[str], list[str]]:

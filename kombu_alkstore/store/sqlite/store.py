@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ...errors import ConfigurationError, SchemaMissing, StoreUnavailable
+from ..acts import ACT_STATEMENTS, Actor, Run
 from ..admin import TOTAL_MINUTE, RatePoint
 from ..adopt import driver_connection
 from ..ambient import AMBIENT
@@ -125,7 +126,10 @@ class SQLiteStore(Store):
         self._lock = threading.RLock()
         #: Every statement, rendered (see ``queries.sql``).
         self._sql = load_queries(
-            __package__, "queries.sql", self.names, required=STATEMENTS | _OWN_STATEMENTS
+            __package__,
+            ("queries.sql", "acts.sql"),
+            self.names,
+            required=STATEMENTS | _OWN_STATEMENTS | ACT_STATEMENTS,
         )
         try:
             self._db = connect(
@@ -195,6 +199,18 @@ class SQLiteStore(Store):
     @staticmethod
     def _array(values: list[Any]) -> str:
         return json.dumps(values)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Run]:
+        """One write transaction (the caller's, when one is bound); yields a function
+        running a named statement in it, all its rows."""
+        with self._write() as conn:
+            now = time.time()  # once the write lock is ours
+
+            def run(key: str, params: dict[str, Any] | None = None) -> list[Row]:
+                return self._exec(conn, key, _with_now({"now": now, **(params or {})})).fetchall()
+
+            yield run
 
     def _all(self, key: str, params: dict[str, Any] | None = None) -> list[Row]:
         with self._read() as conn:
@@ -381,21 +397,40 @@ class SQLiteStore(Store):
     def _dead_pick(self, ids: Sequence[int] | None, queue: str | None) -> dict[str, Any]:
         return {"ids": None if ids is None else json.dumps([int(i) for i in ids]), "queue": queue}
 
-    def dead_requeue(self, ids: Sequence[int] | None = None, queue: str | None = None) -> int:
+    def dead_requeue(
+        self,
+        ids: Sequence[int] | None = None,
+        queue: str | None = None,
+        actor: Actor | None = None,
+    ) -> int:
         params = self._dead_pick(ids, queue)
-        with self._write() as conn:
-            self._exec(conn, "dead_requeue", params)
-            return self._exec(conn, "dead_purge", params).rowcount
 
-    def dead_purge(self, ids: Sequence[int] | None = None, queue: str | None = None) -> int:
-        return self._run("dead_purge", self._dead_pick(ids, queue))
+        def change(run: Run) -> list[Row]:
+            run("dead_requeue", params)
+            return run("dead_purge", params)  # the rows copied, as the write lock keeps them
 
-    def dead_move(self, ids: Sequence[int], queue: str) -> int:
+        return sum(g.count or 0 for g in self._acting("dead_requeue", actor, change))
+
+    def dead_purge(
+        self,
+        ids: Sequence[int] | None = None,
+        queue: str | None = None,
+        actor: Actor | None = None,
+    ) -> int:
+        params = self._dead_pick(ids, queue)
+        done = self._acting("dead_purge", actor, lambda run: run("dead_purge", params))
+        return sum(g.count or 0 for g in done)
+
+    def dead_move(self, ids: Sequence[int], queue: str, actor: Actor | None = None) -> int:
         validate_name(queue, "queue name")
-        params = {"ids": json.dumps([int(i) for i in ids]), "to": queue, "now": time.time()}
-        with self._write() as conn:
-            self._exec(conn, "dead_move_copy", params)
-            return self._exec(conn, "dead_move_delete", params).rowcount
+        params = {"ids": json.dumps([int(i) for i in ids]), "to": queue}
+
+        def change(run: Run) -> list[Row]:
+            run("dead_move_copy", params)
+            return run("dead_move_delete", params)
+
+        done = self._acting("dead_move", actor, change, target=queue)
+        return sum(g.count or 0 for g in done)
 
     def _write_rates(self, rows: list[RatePoint]) -> None:
         data = [[r.queue, m, r.published, r.acked] for r in rows for m in (r.minute, TOTAL_MINUTE)]
