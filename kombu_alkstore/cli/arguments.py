@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Mapping
 
 
@@ -26,12 +27,24 @@ def add_connection_options(
     )
 
 
-def positive(text: str) -> float:
-    """An argparse type: a number above 0 (ArgumentTypeError otherwise)."""
+def _number(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
+
+
+def positive(text: str) -> float:
+    """An argparse type: a finite number above 0 (ArgumentTypeError otherwise)."""
+    value = _number(text)
+    if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def non_negative(text: str) -> float:
+    """An argparse type: a finite number of 0 or more (ArgumentTypeError otherwise)."""
+    value = _number(text)
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
     return value

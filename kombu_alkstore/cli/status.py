@@ -1,5 +1,6 @@
 """``status``: per-queue counts (pending, delayed, processing, dead), which queues are
-paused and each concurrency limit against its use, once or ``--watch``."""
+paused, each concurrency limit against its use, and what keeps dead rows in the queue
+tables when that matters (:mod:`..present.vacuum`), once or ``--watch``."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from ..present import fmt_age, fmt_time
+from ..present.vacuum import HORIZON_AGE, vacuum_warnings
 from ..store import QueueCounts, Store
-from .arguments import positive
+from .arguments import non_negative, positive
 from .connection import open_cli_store
 from .limits import describe, used_text
 from .output import table
@@ -96,8 +98,11 @@ def render_status(
     ]
     where = f"{store.url.masked()} (schema {store.options.schema})"
     head = f"{where} at {datetime.now().astimezone().strftime('%H:%M:%S')}"
+    age = getattr(args, "horizon_age", HORIZON_AGE)
+    health = store.vacuum_health(older_than=age)
+    warnings = "".join(f"\nwarning: {line}" for line in vacuum_warnings(health, age))
     if not rows:
-        return f"{head}\nno messages in any queue"
+        return f"{head}\nno messages in any queue{warnings}"
     totals = [
         sum(getattr(c, f) for c in counts) for f in ("pending", "delayed", "processing", "dead")
     ]
@@ -123,7 +128,7 @@ def render_status(
     for q in shown:
         if q.keys:
             body += f"\nlimits: {describe(q)}"
-    return f"{head}\n{body}"
+    return f"{head}\n{body}{warnings}"
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -141,6 +146,13 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         const=2.0,
         metavar="SECONDS",
         help="refresh every SECONDS (default 2) until Ctrl-C",
+    )
+    p.add_argument(
+        "--horizon-age",
+        type=non_negative,
+        default=HORIZON_AGE,
+        metavar="SECONDS",
+        help="name transactions open this long that keep dead rows (default 300)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--iterations", type=int, default=0, help=argparse.SUPPRESS)

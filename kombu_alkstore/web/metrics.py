@@ -19,7 +19,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class StoreCollector(Collector):
-    """Queue depths, dead letters, oldest age and publish/ack counters per queue."""
+    """Queue depths, dead letters, oldest age and publish/ack counters per queue; limits;
+    the xmin horizon and the store tables' dead rows."""
 
     def __init__(self, snapshot: Callable[[], Snapshot]) -> None:
         self.snapshot = snapshot
@@ -79,6 +80,37 @@ class StoreCollector(Collector):
             for key, n in q.keys_used.items():
                 used.add_metric([q.queue, key], n)
         yield from (depth, dead, oldest, paused, published, acked, age, up, limit, used)
+        yield from _vacuum(snap)
+
+
+def _vacuum(snap: Snapshot) -> Iterator:
+    """The horizon's oldest holder and each store table's rows (store/health.py)."""
+    holders = snap.health.holders
+    horizon = GaugeMetricFamily(
+        "alkstore_horizon_age_seconds",
+        "How long the oldest open transaction or prepared transaction of the database "
+        "has held back the removal of dead rows (0: none)",
+    )
+    horizon.add_metric([], max((h.age or 0.0 for h in holders), default=0.0))
+    xids = GaugeMetricFamily(
+        "alkstore_horizon_xids",
+        "Transaction ids behind the oldest horizon holder: sessions, replication slots, "
+        "prepared transactions (0: none)",
+    )
+    xids.add_metric([], max((h.xids or 0 for h in holders), default=0))
+    rows = GaugeMetricFamily(
+        "alkstore_table_rows",
+        "Rows of a store table by state (live, dead)",
+        labels=["table", "state"],
+    )
+    autovacuum = GaugeMetricFamily(
+        "alkstore_table_autovacuum", "1 if autovacuum cleans the store table", labels=["table"]
+    )
+    for t in snap.health.tables:
+        rows.add_metric([t.table, "live"], t.live)
+        rows.add_metric([t.table, "dead"], t.dead)
+        autovacuum.add_metric([t.table], 1.0 if t.autovacuum else 0.0)
+    yield from (horizon, xids, rows, autovacuum)
 
 
 def registry(snapshot: Callable[[], Snapshot]) -> CollectorRegistry:

@@ -12,8 +12,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from ..present.vacuum import vacuum_warnings
 from ..store import QueueCounts, Store
 from ..store.admin import ClaimStat, RatePoint
+from ..store.health import VacuumHealth
 from ..store.limits import QueueLimit
 
 logger = logging.getLogger(__name__)
@@ -36,7 +38,14 @@ class Snapshot:
     totals: list[RatePoint] = field(default_factory=list)
     #: Each queue's concurrency limits and their use (docs/flow-control.md), by queue.
     limits: dict[str, QueueLimit] = field(default_factory=dict)
+    #: What pins the xmin horizon (every open transaction) and the tables' dead rows.
+    health: VacuumHealth = field(default_factory=lambda: VacuumHealth((), ()))
     error: str | None = None
+
+    @property
+    def vacuum_warnings(self) -> list[str]:
+        """What ``status`` would warn about dead rows (see :mod:`..present.vacuum`)."""
+        return vacuum_warnings(self.health)
 
     def queue(self, name: str) -> QueueCounts:
         """The counts of queue ``name`` (all zero when it has none)."""
@@ -64,7 +73,7 @@ class Sampler:
         self._thread: threading.Thread | None = None
 
     def take(self) -> Snapshot:
-        """Read the whole-table figures now (five statements) and keep them; when the
+        """Read the whole-table figures now (eight statements) and keep them; when the
         store cannot be read, keep the last figures with ``error`` set."""
         start = time.time()
         try:
@@ -76,6 +85,7 @@ class Sampler:
                 rates=self.store.rate_points(start // 60 * 60 - 3600),
                 totals=self.store.rate_totals(),
                 limits={q.queue: q for q in self.store.limits()},
+                health=self.store.vacuum_health(older_than=0),
             )
             snap.took = time.time() - start
         except Exception as exc:  # the database is down: keep the last figures, say so

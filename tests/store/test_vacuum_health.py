@@ -5,16 +5,21 @@ server runs with ``autovacuum = off``, which the read reports as it is."""
 
 from __future__ import annotations
 
+import re
+import time
+from unittest import mock
+
 import psycopg
 
+from kombu_alkstore.store import NewJob
+from tests.cli.conftest import run_cli
 from tests.helpers import wait_for
 
 
 def _churn(store, n: int) -> None:
     """n tasks published, claimed and acked: each leaves dead row versions in jobs."""
-    for i in range(n):
-        store.enqueue("q", f"job-{i}".encode())
-    while deliveries := store.claim(["q"], 50):
+    store.enqueue_many([NewJob("q", f"job-{i}".encode()) for i in range(n)])
+    while deliveries := store.claim(["q"], 500):
         store.ack(deliveries)
 
 
@@ -57,3 +62,64 @@ def test_a_pinned_horizon_is_named_and_keeps_the_dead_rows(pg_target):
 def run_vacuum(target, store) -> None:
     with psycopg.connect(target.url, autocommit=True) as conn:
         conn.execute(f"VACUUM {store.names['jobs']}")
+
+
+def test_status_names_the_holder_and_the_tables_autovacuum_leaves(pg_target, capsys):
+    with pg_target.open() as store, psycopg.connect(pg_target.url) as pin:
+        r = run_cli(pg_target, "status")
+        assert r.code == 0 and "warning" not in r.out, r.out  # nothing to say yet
+        pin.execute("SELECT txid_current()")
+        pid = pin.info.backend_pid
+        _churn(store, 10_500)
+        run_vacuum(pg_target, store)
+        wait_for(lambda: _jobs(store.vacuum_health()).dead >= 10_000 or None, 15)
+        r = run_cli(pg_target, "status", "--horizon-age", "0")
+        assert r.code == 0, r.err
+        warnings = [ln for ln in r.out.splitlines() if ln.startswith("warning: ")]
+        (held,) = [ln for ln in warnings if f"pid {pid} " in ln]
+        assert "idle in transaction" in held and "VACUUM cannot remove" in held
+        assert f"pg_terminate_backend({pid})" in held
+        off = [ln for ln in warnings if ln.startswith("warning: autovacuum off")]
+        assert bool(off) == (not _jobs(store.vacuum_health()).autovacuum)
+        if off:
+            assert re.search(r"dead rows: (.*, )?jobs \d{2},\d{3}", off[0]), off[0]
+        # Under the default age (300 s) this young transaction is not named.
+        r = run_cli(pg_target, "status")
+        assert f"pid {pid} " not in r.out
+        r = run_cli(pg_target, "status", "--horizon-age=-1")
+        assert r.code == 2 and "--horizon-age: must be 0 or more" in capsys.readouterr().err
+
+
+def test_dashboard_and_metrics_show_the_pinned_horizon(pg_target):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.web.conftest import serving
+
+    with serving(pg_target) as live, psycopg.connect(pg_target.url) as pin:
+        pin.execute("SELECT txid_current()")
+        pid = pin.info.backend_pid
+        _churn(live.store, 10_500)
+        run_vacuum(pg_target, live.store)
+        wait_for(lambda: _jobs(live.store.vacuum_health()).dead >= 10_000 or None, 15)
+        time.sleep(0.2)  # the transaction's age becomes measurable
+        live.dashboard.sampler.take()
+        status, text = live.get("/metrics")
+        assert status == 200
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+        assert samples[("alkstore_horizon_age_seconds", ())] > 0
+        assert samples[("alkstore_horizon_xids", ())] >= 1
+        assert samples[("alkstore_table_rows", (("state", "dead"), ("table", "jobs")))] >= 10_000
+        autovacuum = samples[("alkstore_table_autovacuum", (("table", "jobs"),))]
+        # The page warns once the transaction is old enough (here: at once).
+        with mock.patch("kombu_alkstore.present.vacuum.HORIZON_AGE", 0.0):
+            live.dashboard.sampler.take()
+            status, page = live.get("/")
+        assert status == 200
+        assert f"session pid {pid} (idle in transaction" in page
+        assert ("autovacuum off, dead rows: jobs" in page) == (autovacuum == 0)
+        status, page = live.get("/")
+        assert f"session pid {pid} " not in page  # under 300 s: not named
