@@ -9,6 +9,7 @@ from typing import Any, TextIO
 from ..store import Store
 from ..store.options import validate_name
 from . import limits
+from .acts import actor_of, add_actor_options
 from .connection import open_cli_store, parse, store_url
 from .errors import PROG, CLIError
 
@@ -55,17 +56,19 @@ def cmd_queue(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     still land; the state is kept in the store until resumed. Pausing a queue the store
     does not know (not declared, no messages, no dead letters) still pauses it, ahead of
     its first use, with a one-line warning on ``err`` naming the queues that hold
-    messages."""
+    messages. A pause or resume that changes the queue is kept as an act (``--by``,
+    ``--reason``; see :mod:`.acts`)."""
+    actor = actor_of(args)
     store = open_cli_store(args)
     try:
         if args.queue_command == "pause":
             warning = unknown_queue_warning(store, args.name)
-            changed = store.pause_queue(args.name)
+            changed = store.pause_queue(args.name, actor=actor)
             if warning:
                 err.write(f"{PROG}: warning: {warning}\n")
             out.write(f"queue {args.name!r} {'paused' if changed else 'was paused already'}\n")
         else:
-            changed = store.resume_queue(args.name)
+            changed = store.resume_queue(args.name, actor=actor)
             out.write(f"queue {args.name!r} {'resumed' if changed else 'was not paused'}\n")
     finally:
         store.close()
@@ -127,5 +130,6 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     ):
         p = qsub.add_parser(name, parents=[common], help=helptext)
         p.add_argument("name", metavar="NAME", help="the queue")
+        add_actor_options(p)
         p.set_defaults(func=cmd_queue)
     limits.add_parser(qsub, common)

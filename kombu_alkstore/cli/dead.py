@@ -9,6 +9,7 @@ from typing import Any, TextIO
 from ..present import decode, fmt_time, job_dict, one_line
 from ..store import Job, Store
 from ..store.admin import DeadFilter
+from .acts import actor_of, add_actor_options
 from .confirm import confirm_purge
 from .connection import open_cli_store
 from .errors import CLIError
@@ -126,15 +127,17 @@ def _selection(args: argparse.Namespace) -> str:
 
 def cmd_dead_requeue(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Move the chosen dead letters back to their queues (attempts reset), in batches of
-    ``--batch`` with progress on ``err``; dead letters that die meanwhile stay dead."""
+    ``--batch`` with progress on ``err``; dead letters that die meanwhile stay dead.
+    Each batch is kept as an act per queue (``--by``, ``--reason``; see :mod:`.acts`)."""
     how = _selection(args)
     if args.batch < 1:
         raise CLIError(f"--batch must be at least 1, got {args.batch}")
+    actor = actor_of(args)
     store = open_cli_store(args)
     try:
         if how == "ids":
             ids = resolve_dead_ids(store, args.ids)
-            moved = store.dead_requeue(ids=ids)
+            moved = store.dead_requeue(ids=ids, actor=actor)
             out.write(f"requeued {moved} dead letter{'s' if moved != 1 else ''}\n")
             return 0
         ids = dead_ids(store, args.queue)
@@ -146,7 +149,7 @@ def cmd_dead_requeue(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         progress = Progress(total, err, "requeued", args.batch)
         moved = 0
         for start in range(0, total, args.batch):
-            moved += store.dead_requeue(ids=ids[start : start + args.batch])
+            moved += store.dead_requeue(ids=ids[start : start + args.batch], actor=actor)
             progress.update(min(start + args.batch, total))
         progress.done()
         out.write(f"requeued {moved} dead letter{'s' if moved != 1 else ''}{where}\n")
@@ -158,12 +161,13 @@ def cmd_dead_requeue(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def cmd_dead_purge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Delete the chosen dead letters for good. ``--queue``/``--all`` ask first, as
     ``celery purge`` does, unless ``-f/--force`` (see :func:`.confirm.confirm_purge`);
-    ids do not."""
+    ids do not. Kept as an act per queue (``--by``, ``--reason``; see :mod:`.acts`)."""
     how = _selection(args)
+    actor = actor_of(args)
     store = open_cli_store(args)
     try:
         if how == "ids":
-            gone = store.dead_purge(ids=resolve_dead_ids(store, args.ids))
+            gone = store.dead_purge(ids=resolve_dead_ids(store, args.ids), actor=actor)
         else:
             if not args.force:
                 n = store.dead_count(DeadFilter(queue=args.queue))
@@ -172,7 +176,7 @@ def cmd_dead_purge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                     out.write(f"no dead letters{where} to purge\n")
                     return 0
                 confirm_purge(n, args.queue, getattr(args, "stdin", None), err)
-            gone = store.dead_purge(queue=args.queue)
+            gone = store.dead_purge(queue=args.queue, actor=actor)
     finally:
         store.close()
     where = f" of queue {args.queue!r}" if args.queue is not None else ""
@@ -219,6 +223,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         p.add_argument("ids", nargs="*", metavar="ID", help="dead-letter ids or Celery task ids")
         p.add_argument("--queue", metavar="Q", help="every dead letter of this queue")
         p.add_argument("--all", action="store_true", help="every dead letter")
+        add_actor_options(p)
         if name == "purge":
             p.add_argument(
                 "-f",

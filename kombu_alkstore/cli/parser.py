@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from . import admin, dashboard, dead, scheduled, status
+from . import acts, admin, dashboard, dead, scheduled, status
 from .arguments import add_connection_options
 from .errors import PROG
 
@@ -25,6 +25,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection_options(common, None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for commands in (status, scheduled, dead, admin, dashboard):
+    for commands in (status, scheduled, dead, admin, acts, dashboard):
         commands.add_parsers(sub, common)
     return parser

@@ -11,7 +11,8 @@ not at all. Guarantees:
 * no message body, argument or header is copied into an act;
 * ``at`` is the database's clock (a column default: no statement binds it);
 * ``actor`` and ``reason`` are codes, not content: at most :data:`MAX_ACT_TEXT`
-  characters and no line breaks (:class:`Actor` refuses others; so does the table);
+  characters, no line breaks (the table refuses others) nor other control characters
+  (:class:`Actor` refuses those too);
 * the table refuses UPDATE and DELETE (PostgreSQL: TRUNCATE too), whoever sends them,
   except the retention trim (:meth:`ActStatements.trim_acts`), which deletes only rows
   older than the retention it declares in its own transaction (migration 0008).
@@ -57,10 +58,11 @@ Run = Callable[[str, "dict[str, Any] | None"], list[Row]]
 def _code(value: str, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigurationError(f"an act's {what} must be a non-empty text, got {value!r}")
-    if len(value) > MAX_ACT_TEXT or "\n" in value or "\r" in value:
+    if len(value) > MAX_ACT_TEXT or any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise ConfigurationError(
-            f"an act's {what} is a code, not content: at most {MAX_ACT_TEXT} characters "
-            f"and no line breaks, got {value[:40]!r}{'…' if len(value) > 40 else ''}"
+            f"an act's {what} is a code, not content: at most {MAX_ACT_TEXT} characters, "
+            f"no line break or control character, got {value[:40]!r}"
+            f"{'…' if len(value) > 40 else ''}"
         )
     return value
 
