@@ -28,6 +28,7 @@ from ..present import fmt_age, fmt_time
 from ..store import Store
 from ..store.options import validate_name
 from . import beat, chart, guards, metrics
+from .acts import actor_for, acts_page
 from .auth import Auth
 from .bulk import BulkRunner, apply
 from .consumers import Inspector
@@ -334,17 +335,18 @@ class Dashboard:
             return refused
         try:
             validate_name(name, "queue name")
+            actor = actor_for(self, request, form)
         except AlkstoreError as exc:
             return self.refuse(request, str(exc), 400)
         url = "/queues/" + _quote(name)
         if action == "pause":
-            self.store.pause_queue(name)
+            self.store.pause_queue(name, actor=actor)
             return self.done(url, f"queue {name} paused", request)
         if action == "resume":
-            self.store.resume_queue(name)
+            self.store.resume_queue(name, actor=actor)
             return self.done(url, f"queue {name} resumed", request)
         if action == "purge":
-            n = self.store.purge(name)
+            n = self.store.purge(name, actor=actor)
             return self.done(url, f"purged {n} pending messages of {name}", request)
         return self.refuse(request, f"unknown action {action!r}", 404)
 
@@ -361,13 +363,14 @@ class Dashboard:
                 validate_name(to, "queue name")
             where = parse_filter(form)
             ids = [int(i) for i in form.getlist("id")]
+            actor = actor_for(self, request, form)
         except (AlkstoreError, ValueError) as exc:
             return self.refuse(request, str(exc), 400)
         back = form.get("back") or "/dead"
         if not SAFE_BACK.match(back):  # only a path of this dashboard, never another site
             back = "/dead"
         if form.get("scope") == "matching":
-            job = self.bulk.start(action, where, to if action == "requeue" else None)
+            job = self.bulk.start(action, where, to if action == "requeue" else None, actor)
             client = request.client.host if request.client else "?"
             audit.info(
                 "%s: %s all matching: %s (%d)",
@@ -379,7 +382,7 @@ class Dashboard:
             return RedirectResponse(f"/bulk/{job.id}", status_code=303)
         if not ids:
             return self.done(back, "nothing selected")
-        n = apply(self.store, action, ids, to if action == "requeue" else None)
+        n = apply(self.store, action, ids, to if action == "requeue" else None, actor)
         verb = "requeued" if action == "requeue" else "purged"
         dest = f" to {to}" if to and action == "requeue" else ""
         if back.startswith("/dead/"):
@@ -418,6 +421,7 @@ class Dashboard:
             Route("/schedules", self.schedules),
             Route("/schedules/{name:path}/{action:str}", self.schedule_action, methods=["POST"]),
             Route("/consumers", self.consumers),
+            Route("/acts", lambda request: acts_page(self, request)),
             Route("/login", self.login),
             Route("/metrics", self.scrape),
         ]

@@ -48,6 +48,23 @@ class Auth:
             return decoded.partition(":")[2]
         return None
 
+    def actor_name(self, request: Request) -> str:
+        """Who acts, for the acts on record (store/acts.py): ``web:<user>`` with the user
+        name of HTTP Basic auth (as the client gave it: the token is what authenticates),
+        ``web:token`` for a Bearer token or an empty user name. Control characters are
+        dropped and the name cut to fit an act's actor."""
+        header = request.headers.get("authorization", "")
+        scheme, _, value = header.partition(" ")
+        user = ""
+        if scheme.lower() == "basic":
+            try:
+                user = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+            except (binascii.Error, UnicodeDecodeError):
+                user = ""
+            user = user.partition(":")[0]
+        user = "".join(c for c in user if ord(c) >= 32 and ord(c) != 127).strip()
+        return f"web:{user or 'token'}"[:200]
+
     def may_write(self, request: Request) -> bool:
         """True when write access is configured and the request presents the token."""
         if self.token is None:

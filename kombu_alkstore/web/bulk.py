@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..store import Store
+from ..store.acts import Actor
 from ..store.admin import DeadFilter
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ class BulkJob:
     started: float = field(default_factory=time.time)
     finished: float | None = None
     error: str | None = None
+    #: Who started it, and why: each batch is kept as an act per queue (store/acts.py).
+    actor: Actor | None = None
 
     @property
     def percent(self) -> int:
@@ -50,18 +53,32 @@ class BulkRunner:
         self._lock = threading.Lock()
         self._on_progress = on_progress
 
-    def start(self, action: str, where: DeadFilter, to: str | None = None) -> BulkJob:
+    def start(
+        self,
+        action: str,
+        where: DeadFilter,
+        to: str | None = None,
+        actor: Actor | None = None,
+    ) -> BulkJob:
         """Start ``action`` over the dead letters ``where`` matches, in a thread; the job
-        is kept in :attr:`jobs` under its id."""
+        is kept in :attr:`jobs` under its id. With ``actor``, each batch writes its acts
+        in its own transaction."""
         total = self.store.dead_count(where)
-        job = BulkJob(uuid.uuid4().hex[:12], action, where, to, total)
+        job = BulkJob(uuid.uuid4().hex[:12], action, where, to, total, actor=actor)
         self.jobs[job.id] = job
         threading.Thread(target=self._run, args=(job,), daemon=True).start()
         return job
 
-    def run(self, action: str, where: DeadFilter, to: str | None = None) -> BulkJob:
+    def run(
+        self,
+        action: str,
+        where: DeadFilter,
+        to: str | None = None,
+        actor: Actor | None = None,
+    ) -> BulkJob:
         """The same, in the caller's thread (benchmarks, tests)."""
-        job = BulkJob(uuid.uuid4().hex[:12], action, where, to, self.store.dead_count(where))
+        total = self.store.dead_count(where)
+        job = BulkJob(uuid.uuid4().hex[:12], action, where, to, total, actor=actor)
         self._run(job)
         return job
 
@@ -74,7 +91,7 @@ class BulkRunner:
                     if not ids:
                         break
                     after = ids[-1]
-                    job.done += apply(self.store, job.action, ids, job.to)
+                    job.done += apply(self.store, job.action, ids, job.to, job.actor)
                     self._on_progress()
             except Exception as exc:
                 job.error = f"{type(exc).__name__}: {exc}"
@@ -85,13 +102,20 @@ class BulkRunner:
                     self._on_progress()
 
 
-def apply(store: Store, action: str, ids: list[int], to: str | None = None) -> int:
+def apply(
+    store: Store,
+    action: str,
+    ids: list[int],
+    to: str | None = None,
+    actor: Actor | None = None,
+) -> int:
     """Requeue (to their queue or to ``to``) or purge the dead letters ``ids``; how many
-    it moved or deleted."""
+    it moved or deleted. With ``actor``, kept as an act per queue in the same
+    transaction (none when nothing changed)."""
     if not ids:
         return 0
     if action == "purge":
-        return store.dead_purge(ids=ids)
+        return store.dead_purge(ids=ids, actor=actor)
     if to:
-        return store.dead_move(ids, to)
-    return store.dead_requeue(ids=ids)
+        return store.dead_move(ids, to, actor=actor)
+    return store.dead_requeue(ids=ids, actor=actor)
