@@ -11,12 +11,18 @@ from typing import Any
 
 def task_named(name: str) -> Any:
     """The task named ``name`` in the current app, else in any other live app (the
-    signal does not say which app publishes; a task name is one task in practice)."""
+    signal does not say which app publishes; a task name is one task in practice).
+
+    Only tasks already registered are looked at: ``app.tasks`` would finalize the app,
+    early for an app that publishes through another broker, and raises for one made
+    with ``autofinalize=False`` (publishing by name from an app not finalized yet, the
+    task's defaults are not known, as in a producer that never imports the task)."""
     from celery import current_app
     from celery._state import _get_active_apps
 
     for app in (current_app, *_get_active_apps()):
-        task = app.tasks.get(name)
+        task = getattr(app, "_tasks", None)
+        task = task.get(name) if task is not None else None
         if task is not None:
             return task
     return None
