@@ -170,3 +170,14 @@ def test_a_store_without_retention_keeps_every_act(opener):
     store.pause_queue("q", actor=ALICE)
     assert store.trim_acts() == 0
     assert len(store.acts()) == 1
+
+
+def test_the_maintenance_holder_trims_acts_past_the_retention(opener):
+    from kombu_alkstore.maintenance.runner import Maintenance
+
+    store = opener(acts_retention=1.0)
+    store.pause_queue("old", actor=ALICE)
+    time.sleep(1.2)
+    store.pause_queue("new", actor=ALICE)
+    Maintenance(60).round(store)
+    assert [a.queue for a in store.acts()] == ["new"]
