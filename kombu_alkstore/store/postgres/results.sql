@@ -55,13 +55,17 @@ SELECT (SELECT count(*) FROM r) AS results, (SELECT count(*) FROM c) AS chords,
 
 -- name: chord_size
 -- set_chord_size: the header's length. A chord that fired before (a frozen chord applied
--- again reuses its group id) starts a new count; parts of this run that came first count.
+-- again reuses its group id) starts a new count; parts of this run that came first count:
+-- a fired chord's parts are deleted when it fires (chord_done), so the parts recorded
+-- since are this run's (a late duplicate of the last run's is taken for one of them).
 INSERT INTO {chords} AS c (group_id, size, extra, done, fired, created_at, expires_at)
 VALUES (%(group_id)s, %(size)s, 0, 0, false, %(now)s, %(expires_at)s)
 ON CONFLICT (group_id) DO UPDATE SET
     size = excluded.size,
     extra = CASE WHEN c.fired THEN 0 ELSE c.extra END,
-    done = CASE WHEN c.fired THEN 0 ELSE c.done END,
+    done = CASE WHEN c.fired
+                THEN (SELECT count(*) FROM {chord_parts} p WHERE p.group_id = c.group_id)
+                ELSE c.done END,
     fired = false, expires_at = excluded.expires_at;
 
 -- name: chord_add

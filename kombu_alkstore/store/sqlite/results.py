@@ -128,8 +128,11 @@ class SQLiteResults(ResultStore):
             token = AMBIENT.set(conn) if bind and AMBIENT.get() is None else None
             try:
                 run = functools.partial(self._exec, conn)
-                if run("chord_lock", params)[0]["fired"] or not run("chord_insert_part", params):
-                    yield None  # fired already, or this part was recorded before
+                fired = run("chord_lock", params)[0]["fired"]
+                # Recorded even when the chord fired already: the part of a run of the
+                # same chord again, counted when its size is set (chord_size).
+                if not run("chord_insert_part", params) or fired:
+                    yield None  # recorded before, or fired already
                     return
                 counted = run("chord_count", params)
                 if not counted or not counted[0]["fired"]:
