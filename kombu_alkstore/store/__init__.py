@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy.engine import URL
 
 from ..errors import StoreUnavailable
+from .acts import Act, ActFilter, Actor
 from .ambient import AMBIENT, bound_connection, unbound
 from .claims import ClaimSession
 from .engines import engines
@@ -31,6 +32,9 @@ from .waiter import Waiter, Wakeup
 __all__ = [
     "AMBIENT",
     "MAINTENANCE_JOBS",
+    "Act",
+    "ActFilter",
+    "Actor",
     "Capabilities",
     "ClaimSession",
     "Delivery",
