@@ -44,11 +44,21 @@ OLD = {
         ("v5", 5),
         ("v6", 6),
         ("v7", 7),
+        ("v8", 8),
     ],
-    "sqlite": [("v1", 1), ("v2", 2), ("v3", 3), ("v4", 4), ("v5", 5), ("v6", 6), ("v7", 7)],
+    "sqlite": [
+        ("v1", 1),
+        ("v2", 2),
+        ("v3", 3),
+        ("v4", 4),
+        ("v5", 5),
+        ("v6", 6),
+        ("v7", 7),
+        ("v8", 8),
+    ],
 }
 #: The fixture of the current version: what a fresh install must equal.
-CURRENT = "v8"
+CURRENT = "v9"
 CASES = [(engine, name, version) for engine, olds in OLD.items() for name, version in olds]
 IDS = [f"{engine}-{name}" for engine, name, _ in CASES]
 
@@ -283,15 +293,16 @@ def assert_rows_kept(place: Place, schema: str, path: Path | None) -> None:
 
 # -------------------------------------------------------------------------------- tests
 def test_latest_is_the_schema_version_on_every_engine():
-    assert LATEST == {"postgresql": 8, "sqlite": 8}
-    assert SCHEMA_VERSION == 8
+    assert LATEST == {"postgresql": 9, "sqlite": 9}
+    assert SCHEMA_VERSION == 9
     for engine in ENGINE_PACKAGES:
         found = migrations("alk", engine)
-        assert [m.version for m in found.migrations] == [1, 2, 3, 4, 5, 6, 7, 8]
+        assert [m.version for m in found.migrations] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
         assert found.pending(None) == list(found.migrations)
-        assert [m.version for m in found.pending(1)] == [2, 3, 4, 5, 6, 7, 8]
-        assert [m.version for m in found.pending(7)] == [8]
-        assert found.pending(8) == [] and found.pending(9) == []
+        assert [m.version for m in found.pending(1)] == [2, 3, 4, 5, 6, 7, 8, 9]
+        assert [m.version for m in found.pending(7)] == [8, 9]
+        assert [m.version for m in found.pending(8)] == [9]
+        assert found.pending(9) == [] and found.pending(10) == []
 
 
 @pytest.mark.parametrize(("engine", "name", "version"), CASES, ids=IDS)
@@ -325,7 +336,7 @@ def test_fresh_install_is_the_current_layout_and_idempotent(engine, tmp_path):
         place.run(schema, path, old_script(CURRENT, engine, schema))
         assert place.layout(schema, path) == fresh
         schema, path = place.new()
-        assert place.migrate(schema, path) == [1, 2, 3, 4, 5, 6, 7, 8]
+        assert place.migrate(schema, path) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
         assert place.migrate(schema, path) == []
         assert place.version(schema, path) == SCHEMA_VERSION
         assert place.query(
@@ -374,8 +385,9 @@ def test_sqlite_printed_script_on_a_fresh_file_and_on_older_files(tmp_path):
     its version (``setup=False`` refuses it) until the migrations run. Since version 6
     such a file also stops the script at its last index, jobs_unique, whose column it
     lacks ("no such column"), just before the version it would not have stamped; a
-    version-6 file at jobs_limit_claimed (version 7's limit_key). A version-7 file is
-    complete after it (version 8 adds only the acts table and its triggers)."""
+    version-6 file at jobs_limit_claimed (version 7's limit_key). A version-7 or 8 file
+    is complete after it (version 8 adds only the acts table and its triggers, version 9
+    nothing on SQLite)."""
     place = Place("sqlite", tmp_path)
     fresh = place.fresh()
     schema, path = place.new()
@@ -389,9 +401,9 @@ def test_sqlite_printed_script_on_a_fresh_file_and_on_older_files(tmp_path):
         schema, path = place.new()
         place.run(schema, path, old_script(name, "sqlite", schema))
         insert_rows(place, schema, path)
-        if version == 7:
-            # Version 8 only adds a table, an index and triggers: a version-7 file is
-            # complete after the script, stamped 8.
+        if version >= 7:
+            # Version 8 only adds a table, an index and triggers, version 9 nothing: a
+            # version-7 or 8 file is complete after the script, stamped with the latest.
             place.run(schema, path, ddl_script(schema, "sqlite"))
             after = SCHEMA_VERSION
         else:
@@ -449,7 +461,7 @@ def test_sqlite_add_column_already_there_is_skipped(tmp_path):
         f"DROP TABLE {t.qualified(t.offers)};"
         f"UPDATE {t.qualified(t.meta)} SET value = '2' WHERE key = 'schema_version';",
     )
-    assert place.migrate(schema, path) == [3, 4, 5, 6, 7, 8]
+    assert place.migrate(schema, path) == [3, 4, 5, 6, 7, 8, 9]
     assert place.layout(schema, path) == fresh
 
 

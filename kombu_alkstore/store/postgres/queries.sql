@@ -410,11 +410,15 @@ WITH gone AS (
 SELECT g.id FROM gone g, (SELECT count(*) FROM freed) f
 
 -- name: heartbeat
+-- The deadline is judged by the clock when the row is reached, too (not only at the
+-- statement's start): a heartbeat that waited for a claim's lock on a lapsed claim
+-- (limited_due, migration 0009) finds it passed and revives nothing.
 UPDATE {jobs} j
 SET deadline = {now} + COALESCE(%(extend)s::float8, j.visibility_timeout),
     run_at = {now} + COALESCE(%(extend)s::float8, j.visibility_timeout)
 FROM {held_handles}
-WHERE {held} RETURNING j.id
+WHERE {held} AND j.deadline > extract(epoch FROM clock_timestamp())::float8
+RETURNING j.id
 
 -- name: pend
 WITH moved AS (
