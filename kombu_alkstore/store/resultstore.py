@@ -90,9 +90,28 @@ class ResultStore(abc.ABC):
     @abc.abstractmethod
     def expire(self, key: str, expires_at: float | None) -> None: ...
 
-    @abc.abstractmethod
+    #: Rows one cleanup statement deletes at most (the store's ``maintenance_batch``).
+    cleanup_batch: int = 10_000
+
     def cleanup(self) -> Cleanup:
-        """Delete every expired result and chord (and the parts of those chords)."""
+        """Delete every expired result and chord (and the parts of those chords), in
+        statements of at most :attr:`cleanup_batch` results and as many chords each, so
+        that a large backlog never makes one statement run into ``statement_timeout``."""
+        results = chords = parts = 0
+        while True:
+            done = self._cleanup_batch(self.cleanup_batch)
+            results, chords, parts = (
+                results + done.results,
+                chords + done.chords,
+                parts + done.parts,
+            )
+            if done.results < self.cleanup_batch and done.chords < self.cleanup_batch:
+                return Cleanup(results, chords, parts)
+
+    @abc.abstractmethod
+    def _cleanup_batch(self, batch: int) -> Cleanup:
+        """Delete up to ``batch`` expired results and ``batch`` expired chords with
+        their parts."""
 
     @abc.abstractmethod
     def chord_size(self, group_id: str, size: int, expires_at: float | None) -> None:

@@ -28,3 +28,19 @@ def test_the_lease_holder_deletes_expired_results_at_most_every_interval(store):
     assert results.statements["cleanup"] == 1  # not again within RESULTS_INTERVAL
     assert holder.run(store) is None  # not the holder: no cleanup either
     assert results.statements["cleanup"] == 1
+
+
+def test_a_backlog_larger_than_a_batch_is_deleted_in_several_statements(store):
+    results = store.results()
+    results.cleanup_batch = 7
+    for i in range(20):
+        results.put(f"celery-task-meta-old{i}", b"x", "SUCCESS", f"old{i}", time.time() - 1)
+    for i in range(9):
+        results.chord_size(f"gone{i}", 2, time.time() - 1)
+    results.put("celery-task-meta-new", b"y", "SUCCESS", "new", time.time() + 3600)
+    before = sum(results.statements.values())
+    gone = results.cleanup()
+    assert (gone.results, gone.chords) == (20, 9)
+    assert sum(results.statements.values()) - before == 3  # 7 + 7 + 6 results
+    assert results.get_many(["celery-task-meta-new"]) == {"celery-task-meta-new": b"y"}
+    assert all(results.chord_state(f"gone{i}") is None for i in range(9))

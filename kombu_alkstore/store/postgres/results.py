@@ -56,6 +56,7 @@ class PostgresResults(ResultStore):
         self.channel = f"alkstore_results_{store.options.schema}"
         self.connection_errors = store.connection_errors
         self.statements: Counter[str] = Counter()
+        self.cleanup_batch = store.options.maintenance_batch
 
     def _params(self, params: dict[str, Any]) -> dict[str, Any]:
         params = {"now": time.time(), "results_channel": self.channel, **params}
@@ -90,8 +91,8 @@ class PostgresResults(ResultStore):
     def expire(self, key: str, expires_at: float | None) -> None:
         self._rows("expire", {"key": key, "expires_at": expires_at})
 
-    def cleanup(self) -> Cleanup:
-        row = self._rows("cleanup", {})[0]
+    def _cleanup_batch(self, batch: int) -> Cleanup:
+        row = self._rows("cleanup", {"batch": int(batch)})[0]
         return Cleanup(row["results"], row["chords"], row["parts"])
 
     def chord_size(self, group_id: str, size: int, expires_at: float | None) -> None:

@@ -40,12 +40,17 @@ DELETE FROM {results} WHERE key = ANY(%(keys)s);
 UPDATE {results} SET expires_at = %(expires_at)s WHERE key = %(key)s;
 
 -- name: cleanup
--- Expired results, chords and the parts of expired chords, in one statement.
+-- Up to %(batch)s expired results and as many expired chords with their parts, in one
+-- statement (repeated while a batch was full: see results.py).
 WITH r AS (
-    DELETE FROM {results} WHERE expires_at IS NOT NULL AND expires_at <= %(now)s
+    DELETE FROM {results} WHERE key IN (
+        SELECT key FROM {results} WHERE expires_at IS NOT NULL AND expires_at <= %(now)s
+        LIMIT %(batch)s)
     RETURNING 1
 ), c AS (
-    DELETE FROM {chords} WHERE expires_at IS NOT NULL AND expires_at <= %(now)s
+    DELETE FROM {chords} WHERE group_id IN (
+        SELECT group_id FROM {chords} WHERE expires_at IS NOT NULL AND expires_at <= %(now)s
+        LIMIT %(batch)s)
     RETURNING group_id
 ), p AS (
     DELETE FROM {chord_parts} WHERE group_id IN (SELECT group_id FROM c) RETURNING 1

@@ -50,6 +50,7 @@ class SQLiteResults(ResultStore):
         self._sql = load_queries(__package__, "results.sql", store.names, required=_REQUIRED)
         self.connection_errors = store.connection_errors
         self.statements: Counter[str] = Counter()
+        self.cleanup_batch = store.options.maintenance_batch
         #: How often the listener checks the file's data version (seconds).
         self.poll_interval = 0.005
 
@@ -85,8 +86,8 @@ class SQLiteResults(ResultStore):
     def expire(self, key: str, expires_at: float | None) -> None:
         self._read("expire", {"key": key, "expires_at": expires_at})
 
-    def cleanup(self) -> Cleanup:
-        now = {"now": time.time()}
+    def _cleanup_batch(self, batch: int) -> Cleanup:
+        now = {"now": time.time(), "batch": int(batch)}
         with self._store._write() as conn:
             results = execute(conn, self._sql["cleanup_results"], now).rowcount
             parts = execute(conn, self._sql["cleanup_parts"], now).rowcount

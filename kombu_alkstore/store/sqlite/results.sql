@@ -21,15 +21,25 @@ DELETE FROM {results} WHERE key IN (SELECT value FROM json_each(:keys));
 UPDATE {results} SET expires_at = :expires_at WHERE key = :key;
 
 -- name: cleanup_results
-DELETE FROM {results} WHERE expires_at IS NOT NULL AND expires_at <= :now;
+-- Up to :batch expired results (repeated while a batch was full: see results.py).
+DELETE FROM {results} WHERE key IN (
+    SELECT key FROM {results} WHERE expires_at IS NOT NULL AND expires_at <= :now
+    LIMIT :batch
+);
 
 -- name: cleanup_parts
+-- The parts of the :batch first expired chords, which cleanup_chords then deletes (the
+-- same rows: one write transaction, by group_id).
 DELETE FROM {chord_parts} WHERE group_id IN (
     SELECT group_id FROM {chords} WHERE expires_at IS NOT NULL AND expires_at <= :now
+    ORDER BY group_id LIMIT :batch
 );
 
 -- name: cleanup_chords
-DELETE FROM {chords} WHERE expires_at IS NOT NULL AND expires_at <= :now;
+DELETE FROM {chords} WHERE group_id IN (
+    SELECT group_id FROM {chords} WHERE expires_at IS NOT NULL AND expires_at <= :now
+    ORDER BY group_id LIMIT :batch
+);
 
 -- name: chord_size
 -- set_chord_size: the header's length. A chord that fired before (a frozen chord applied
