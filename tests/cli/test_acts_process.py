@@ -73,11 +73,7 @@ def test_a_worker_sees_each_act_and_each_act_is_on_record(target, tmp_path):
         assert all(a["queue"] == "work" for a in acts)
         assert "r1" not in r.out and "reject_me" not in r.out  # no task content kept
 
-        table = (
-            f'"{target.schema}".acts'
-            if target.engine == "postgresql"
-            else f'"{target.schema}_acts"'
-        )
+        table = store.names["acts"]  # as written in SQL
         for sql in (f"UPDATE {table} SET reason = 'nothing happened'", f"DELETE FROM {table}"):
             with pytest.raises(Exception, match="append-only"):
                 run_sql(target, sql)
