@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -251,7 +251,7 @@ class ActStatements(Statements):
         the retention (``acts_trim_allow``), and the table's trigger admits the delete of a
         row only when it is older than that."""
         if retention is None:
-            retention = getattr(getattr(self, "options", None), "acts_retention", None)
+            retention = self.options.acts_retention  # type: ignore[attr-defined]
         if retention is None:
             return 0
         if isinstance(retention, bool) or not isinstance(retention, (int, float)) or retention <= 0:
@@ -264,16 +264,3 @@ class ActStatements(Statements):
             total += gone
             if gone < batch:
                 return total
-
-
-def iter_acts(store: ActStatements, where: ActFilter, page: int = 500) -> Iterator[Act]:
-    """Every act matching ``where``, newest first, read a page at a time."""
-    before = where.before_id
-    while True:
-        got = store.acts(
-            ActFilter(where.queue, where.by, where.act, where.since, before), limit=page
-        )
-        yield from got
-        if len(got) < page:
-            return
-        before = got[-1].id
