@@ -84,12 +84,9 @@ def unknown_queue_warning(store: Store, name: str) -> str | None:
     holding messages or dead letters, or paused); else the one-line warning, naming the
     queues that hold messages (at most :data:`LISTED_QUEUES`) and how to list them."""
     validate_name(name, "queue name")
-    if store.queue_exists(name) or name in store.paused_queues():
+    if store.knows_queue(name):
         return None
-    counts = store.counts()
-    if any(c.queue == name for c in counts):
-        return None
-    names = [c.queue for c in counts]
+    names = [c.queue for c in store.counts()]
     listed = ", ".join(names[:LISTED_QUEUES]) + (", …" if len(names) > LISTED_QUEUES else "")
     known = f"queues with messages: {listed}" if names else "no queue holds messages"
     return (

@@ -7,7 +7,6 @@ import argparse
 from typing import Any, TextIO
 
 from ..errors import ConfigurationError
-from ..store import Store
 from ..store.limits import EVERY_KEY, QueueLimit, check_key, check_limit
 from .connection import open_cli_store
 from .errors import CLIError
@@ -39,7 +38,7 @@ def cmd_limit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise CLIError(str(exc)) from None
     store = open_cli_store(args)
     try:
-        if not known_queue(store, args.name):
+        if not store.knows_queue(args.name, paused=False):
             raise CLIError(
                 f"no queue {args.name!r} is declared or holds messages (a typo?); "
                 "declare it first (start a worker or publish to it)"
@@ -57,17 +56,6 @@ def cmd_limit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     finally:
         store.close()
     return 0
-
-
-def known_queue(store: Store, name: str) -> bool:
-    """Whether ``name`` is declared, or holds messages or dead letters."""
-    if store.queue_exists(name):
-        return True
-    return any(
-        c.queue == name
-        for c in store.counts([name])
-        if c.pending + c.delayed + c.processing + c.dead
-    )
 
 
 def used_text(used: int, limit: int | None) -> str:

@@ -30,6 +30,17 @@ class DashboardReads(ActStatements):
         """Paused queue names and when each was paused (epoch seconds)."""
         return {r["queue"]: r["paused_at"] for r in self._all("paused_list")}
 
+    def knows_queue(self, name: str, paused: bool = True) -> bool:
+        """Whether ``name`` is a queue this store knows: declared (by a worker or a
+        publisher), holding messages or dead letters, or (with ``paused``) paused."""
+        if self.queue_exists(name) or (paused and name in self.paused_queues()):
+            return True
+        return any(
+            c.pending + c.delayed + c.processing + c.dead
+            for c in self.counts([name])
+            if c.queue == name
+        )
+
     def peek(self, queue: str, limit: int = 20) -> list[Job]:
         """The next ``limit`` pending jobs of ``queue`` in claim order (delayed ones too,
         by their priority and due time), without claiming them."""

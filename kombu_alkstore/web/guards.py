@@ -21,15 +21,7 @@ LISTED_TASKS = 5
 def queue_known(store: Store, name: str, snapshot_names: Iterable[str] = ()) -> bool:
     """True when ``name`` is a queue the store knows: in the last snapshot (messages, dead
     letters, paused), declared by a worker or publisher, paused, or holding anything now."""
-    if name in set(snapshot_names):
-        return True
-    if store.queue_exists(name) or name in store.paused_queues():
-        return True
-    return any(
-        c.pending or c.delayed or c.processing or c.dead
-        for c in store.counts([name])
-        if c.queue == name
-    )
+    return name in set(snapshot_names) or store.knows_queue(name)
 
 
 def unregistered_tasks(items: list[dict[str, Any]], registered: set[str] | None) -> list[str]:

@@ -83,3 +83,13 @@ def test_vacuum_health_refuses_a_bad_age(store):
     for bad in (-1, float("nan")):
         with pytest.raises(ValueError, match="older_than must be a number of seconds"):
             store.vacuum_health(older_than=bad)
+
+
+def test_knows_queue_declared_holding_or_paused(store):
+    assert not store.knows_queue("nowhere")
+    store.enqueue("holding", b"x")
+    store.queue_declare("declared")
+    store.pause_queue("paused-only")
+    assert store.knows_queue("holding") and store.knows_queue("declared")
+    assert store.knows_queue("paused-only")
+    assert not store.knows_queue("paused-only", paused=False)
