@@ -46,7 +46,15 @@ def cmd_limit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         what = f"queue {args.name!r}" + (f" key {args.key!r}" if args.key else "")
         if args.clear:
             store.clear_limit(args.name, args.key)
-            out.write(f"{what}: no limit\n")
+            kept = [q for q in store.limits() if q.queue == args.name and q.keys]
+            if args.key is None and kept:
+                keys = ", ".join(repr(k) for k in kept[0].keys)
+                out.write(
+                    f"{what}: no queue-wide limit; its per-key limits stay ({keys}: "
+                    "--clear --key K clears one)\n"
+                )
+            else:
+                out.write(f"{what}: no limit\n")
         else:
             store.set_limit(args.name, args.n, args.key)
             out.write(f"{what}: at most {args.n} claimed at once\n")
