@@ -1,11 +1,12 @@
 """The PostgreSQL engine's statements, their parameters and their rows: one module the
 store, its claim session, its waiter and its result tables all use.
 
-:class:`PostgresStatements` holds every statement of ``queries.sql`` (and ``acts.sql``) rendered for one
-store's tables, and binds parameters as every statement takes them. The functions below
-make the parameters of the statements on claims (:func:`handles`, :func:`pend_params`,
-:func:`rates_params`) and read a claim's rows (:func:`claimed_deliveries`), the same for
-a blocking call and for a claim session's pipelined one.
+:class:`PostgresStatements` holds every statement of ``queries.sql`` (and ``acts.sql``)
+rendered for one store's tables, and binds parameters as every statement takes them. The
+functions below make the parameters of the statements on claims (:func:`handles`,
+:func:`pend_params`, :func:`rates_params`) and read a claim's rows
+(:func:`claimed_deliveries`), the same for a blocking call and for a claim session's
+pipelined one.
 """
 
 from __future__ import annotations
