@@ -18,7 +18,6 @@ counts against the queue's limit only.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,8 +34,6 @@ EVERY_KEY = "*"
 MAX_KEY_LENGTH = 512
 #: The bytes a stored envelope must contain to carry a limit key (a cheap test first).
 _MARK = b'"' + KEY_HEADER.encode() + b'"'
-#: Guards each store's record of the limits it applied last (apply_limits_once).
-_applied_lock = threading.Lock()
 
 
 def check_limit(value: Any, option: str = "limit") -> int:
@@ -147,15 +144,6 @@ def parse_limits(raw: Any, option: str = "limits") -> dict[str, dict[str | None,
     return parsed
 
 
-def frozen_limits(limits: Mapping[str, Mapping[str | None, int]]) -> tuple:
-    """What :func:`parse_limits` read, as a comparable value (queues and keys sorted, the
-    queue-wide entry first)."""
-    return tuple(
-        (queue, tuple(sorted(entry.items(), key=lambda kv: (kv[0] is not None, kv[0] or ""))))
-        for queue, entry in sorted(limits.items())
-    )
-
-
 class LimitStatements(Statements):
     """Setting and reading concurrency limits, a part of :class:`~.interface.Store`."""
 
@@ -181,25 +169,6 @@ class LimitStatements(Statements):
         for queue, entry in limits.items():
             for key, n in entry.items():
                 self.set_limit(queue, n, key)
-
-    def apply_limits_once(self, limits: Mapping[str, Mapping[str | None, int]]) -> bool:
-        """:meth:`apply_limits`, unless this store object applied these same limits last.
-
-        Every kombu connection of a process shares its store (``acquire_store``), and a
-        worker opens several (consumer, producers, the pidbox, each reconnect): the
-        ``limits`` transport option is written by the first that opens the store, and
-        again only by one whose option differs from the last written (two apps with
-        different limits in one process: the last connection's wins, as before). A store
-        opened anew (another process, or after its last connection closed) writes them
-        again. True if written."""
-        frozen = frozen_limits(limits)
-        with _applied_lock:
-            if self.__dict__.get("_limits_applied") == frozen:
-                return False
-        self.apply_limits(limits)
-        with _applied_lock:
-            self.__dict__["_limits_applied"] = frozen
-        return True
 
     def limits(self) -> list[QueueLimit]:
         """Every queue with a limit, and its use now (live claims), by queue name."""

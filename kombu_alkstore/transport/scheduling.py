@@ -11,7 +11,6 @@ tells hand-off and quiet mode of each answered claim (``answered``).
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -22,13 +21,6 @@ from .late import still_claimed
 from .link import Link
 
 logger = logging.getLogger("kombu_alkstore")
-
-#: Seconds before claiming again for work that fell due while a claim was in flight.
-DUE_RETRY = 0.005
-#: The longest such wait, when the store keeps saying work is due that no claim takes.
-MAX_DUE_RETRY = 1.0
-#: Seconds a due timer may be late before it is taken for lost (a new one is set).
-TIMER_GRACE = 1.0
 
 
 class ClaimScheduler:
@@ -55,17 +47,9 @@ class ClaimScheduler:
         self._relearn = False
         #: ``drain_events`` learnt the first due time already.
         self.learned = False
-        #: The due time the live loop timer was set for (see schedule_at), or None.
-        self._timer_at: float | None = None
-        #: When (database clock) the last next-due time was asked, or None.
-        self.learned_at: float | None = None
-        #: The wait before claiming again when the store says work is due now and the
-        #: claims after it took nothing (doubled each time, up to MAX_DUE_RETRY).
-        self._due_retry = DUE_RETRY
 
     def start(self) -> None:
         """Every channel claims once, then the next due time is learnt."""
-        self._timer_at = None  # a new loop (or quiet mode's end): the due time is learnt anew
         self.poll_all()
         self.learn_next_due()
 
@@ -104,28 +88,7 @@ class ClaimScheduler:
         queues = sorted(self.active_queues())
         claims = self.link.claims_here()
         if queues and claims is not None:
-            self.learned_at = self.link.db_now()
             claims.next_due(queues, self._next_due_answered)
-
-    def claimed_nothing(self) -> None:
-        """A claim with room came back empty: perhaps refused by a concurrency limit. A
-        slot freed by an ack is announced, but one freed by a lapse (a claim's worker
-        died or hung) is not: next_due gives the time the earliest live claim of a
-        limited queue lapses, so the next due time is learnt again, unless it was asked
-        less than a visibility timeout ago. A claim made since then lapses no earlier
-        than that ask plus the timeout, so a claim and a new ask at that time (or at an
-        earlier due time already set) cover it; an idle worker asks at most once per
-        visibility timeout (docs/flow-control.md, "Waking")."""
-        link = self.link
-        if link.store is None:
-            return
-        bound = None
-        if self.learned_at is not None:
-            bound = self.learned_at + link.store.options.visibility_timeout
-        if bound is not None and link.db_now() < bound:
-            self.schedule_at(bound)
-        else:
-            self.learn_next_due()
 
     def _next_due_answered(self, when: float | None | BaseException) -> None:
         link = self.link
@@ -138,10 +101,7 @@ class ClaimScheduler:
                 # _batch_done), or later due times wait for the safety-net poll.
                 self._relearn = True
                 return
-            # It fell due while we claimed: look again, later each time nothing is taken
-            # (the store may say due work that no claim takes, e.g. rows locked).
-            when = link.db_now() + self._due_retry
-            self._due_retry = min(self._due_retry * 2, MAX_DUE_RETRY)
+            when = link.db_now() + 0.005  # it fell due while we claimed: look again
         self.schedule_at(when)
 
     def remember_next_at(self, when: float) -> bool:
@@ -152,28 +112,11 @@ class ClaimScheduler:
         return True
 
     def schedule_at(self, when: float) -> None:
-        """Claim at ``when`` (database clock), unless an earlier claim is set.
-
-        One timer is live at a time: a timer set for an earlier time supersedes it, and
-        a superseded one does nothing when it fires. (Each claim it fires may set two
-        timers, the next due time's and :meth:`claimed_nothing`'s: if every timer fired
-        a claim, their number would double at each round.)"""
+        """Claim at ``when`` (database clock), unless an earlier claim is set."""
         link = self.link
-        if not self.remember_next_at(when) or link.loop is None:
-            return
-        now = link.db_now()
-        live = self._timer_at
-        if live is not None and live <= when and live > now - TIMER_GRACE:
-            return  # the live timer fires first (or is firing) and learns again
-        self._timer_at = when
-        delay = max(when - now, 0) + 0.001
-        link.loop.call_later(delay, link.guarded(functools.partial(self._timer_fired, when)))
-
-    def _timer_fired(self, when: float) -> None:
-        if when != self._timer_at:
-            return  # superseded by an earlier timer
-        self._timer_at = None
-        self._poll_due()
+        if self.remember_next_at(when) and link.loop is not None:
+            delay = max(when - link.db_now(), 0) + 0.001
+            link.loop.call_later(delay, link.guarded(self._poll_due))
 
     def _poll_due(self) -> None:
         """A delayed job fell due: claim it, then learn when the next one is due."""
@@ -289,8 +232,6 @@ class ClaimScheduler:
             self.link.hand_back(gone)
         full = more or again or len(got) >= limit
         self._batch_done(channel, full)
-        if not got and not full:
-            self.claimed_nothing()
         if len(gone) < len(got):
             self.deliver(channel, [d for d in got if d.queue in consumed])
         for fn in self.answered:  # after the batch is in the QoS
@@ -303,7 +244,6 @@ class ClaimScheduler:
         limit = channel.batch_size()
         got = self.link.store.claim(list(dict.fromkeys(channel._active_queues)), limit)
         if not got:
-            self.claimed_nothing()
             return False
         self._batch_done(channel, len(got) >= limit)
         self.deliver(channel, got, at_most)
@@ -313,8 +253,6 @@ class ClaimScheduler:
         """Hand ``channel`` its claimed jobs, those whose claims lapsed meanwhile dropped
         (their queues claimed from again)."""
         live, lapsed = still_claimed(self.link, deliveries, channel._no_ack_queues)
-        if live:
-            self._due_retry = DUE_RETRY
         channel.deliver(live, at_most)
         if lapsed:
             self.poll_if_due(lapsed)

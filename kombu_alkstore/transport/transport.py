@@ -132,13 +132,13 @@ class Transport(virtual.Transport):
         if self.store is None:
             self.store = acquire_store(self.store_url, self.store_options)
             self.routing = RoutingCache.for_store(self.store)
+            if self.options.limits:  # written by every connection that carries them
+                self.store.apply_limits(self.options.limits)
         try:
             self.store.ping()  # reusing an open store must still prove the database is up
         except self.connection_errors:
             self.lost = True
             raise
-        if self.options.limits:  # once per store and option set: see apply_limits_once
-            self.store.apply_limits_once(self.options.limits)
         return super().establish_connection()
 
     def _waiter(self) -> Waiter:

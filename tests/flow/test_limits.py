@@ -176,45 +176,6 @@ def test_the_transport_option_sets_the_limits_when_a_connection_opens(target):
     assert got == {"celery": (2, {}), "mail": (3, {"t1": 1, "*": 2})}
 
 
-def test_the_transport_option_is_written_once_per_store_and_again_when_it_changes(
-    target, monkeypatch
-):
-    """Every kombu connection of a process shares its store: the ``limits`` option is
-    written by the first connection, not by each (a worker opens several, and each
-    reconnect another); a CLI change made meanwhile stands for the process's life. A
-    connection carrying a different option writes it (the last one's wins)."""
-    from kombu_alkstore.store.limits import LimitStatements
-
-    writes = []
-    original = LimitStatements.apply_limits
-
-    def counted(self, limits):
-        writes.append(dict(limits))
-        return original(self, limits)
-
-    monkeypatch.setattr(LimitStatements, "apply_limits", counted)
-    app = make_app(target, transport_options={"limits": {"celery": 2, "mail": 4}})
-    with app.connection_for_write() as first, target.open() as store:
-        first.default_channel  # noqa: B018 - connects, and holds the shared store open
-        assert len(writes) == 1
-        store.set_limit("celery", 5)  # the CLI, while the process runs
-        for _ in range(3):
-            with app.connection_for_write() as conn:
-                conn.default_channel  # noqa: B018
-        assert len(writes) == 1
-        assert {q.queue: q.limit for q in store.limits()} == {"celery": 5, "mail": 4}
-        # the same limits spelt in another order are the same option
-        same = make_app(target, transport_options={"limits": {"mail": {"limit": 4}, "celery": 2}})
-        with same.connection_for_write() as conn:
-            conn.default_channel  # noqa: B018
-        assert len(writes) == 1
-        other = make_app(target, transport_options={"limits": {"celery": 3}})
-        with other.connection_for_write() as conn:
-            conn.default_channel  # noqa: B018
-        assert len(writes) == 2
-        assert {q.queue: q.limit for q in store.limits()} == {"celery": 3, "mail": 4}
-
-
 def test_the_transport_option_refuses_a_bad_limit_by_name(target):
     app = make_app(target, transport_options={"limits": {"celery": -1}})
     match = r"transport option limits\['celery'\]"

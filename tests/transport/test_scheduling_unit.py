@@ -51,7 +51,6 @@ class FakeChannel:
 class FakeStore:
     connection_errors = (Lost,)
     capabilities = SimpleNamespace(listener=True)
-    options = SimpleNamespace(visibility_timeout=300.0)
 
     def __init__(self) -> None:
         self.clock = NOW
@@ -117,66 +116,6 @@ def test_a_due_time_past_while_a_claim_is_in_flight_is_learnt_after_its_answer()
     assert link.loop.later == [] and link.claims.ops() == ["claim"]
     link.claims.answer("claim", [], False)  # the claim was answered, no backlog
     assert link.claims.ops() == ["next_due"]
-
-
-def test_an_empty_claim_learns_the_due_time_once_per_visibility_timeout():
-    """A claim refused by a concurrency limit learns the next due time, which includes
-    when the limited queue's earliest claim lapses (a slot freed by a lapse is announced
-    by nothing); another empty claim within the visibility timeout (300 s here) asks
-    nothing, but makes sure a claim and a new ask come when it ends."""
-    ch = FakeChannel("q")
-    link = _link(ch)
-    plan = _plan(link)
-    plan.request_claim(ch, link.claims)
-    link.claims.answer("claim", [], False)
-    assert link.claims.ops() == ["next_due"]
-    link.claims.answer("next_due", None)  # nothing due, no claim of a limited queue
-    link.store.clock = NOW + 10
-    plan.request_claim(ch, link.claims)
-    link.claims.answer("claim", [], False)
-    assert link.claims.ops() == []  # not asked again
-    [(delay, _)] = link.loop.later
-    assert delay == pytest.approx(290.001)
-    link.store.clock = NOW + 300
-    link.loop.fire()
-    assert link.claims.ops() == ["claim", "next_due"]
-
-
-def test_one_due_timer_is_live_at_a_time():
-    """A timer set for an earlier time supersedes the live one, which then claims
-    nothing: a claim fired by a timer may set two (its next due time, and the empty
-    claim's), so timers that all claimed would double at each round."""
-    ch = FakeChannel("q")
-    link = _link(ch)
-    plan = _plan(link)
-    plan.schedule_at(NOW + 20)
-    plan.schedule_at(NOW + 10)  # earlier: supersedes
-    plan.schedule_at(NOW + 15)  # later than the live one: no timer
-    assert len(link.loop.later) == 2
-    link.store.clock = NOW + 20
-    link.loop.fire()
-    assert link.claims.ops() == ["claim", "next_due"]  # one claim, not two
-
-
-def test_work_said_due_that_no_claim_takes_is_looked_at_less_and_less_often():
-    ch = FakeChannel("q")
-    link = _link(ch)
-    plan = _plan(link)
-    plan.learn_next_due()
-    link.claims.answer("next_due", NOW - 1)  # due, and nothing in flight
-    delays = []
-    for _ in range(10):
-        [delay] = [d for d, _ in link.loop.later if d < 100]
-        delays.append(round(delay - 0.001, 3))
-        link.loop.fire()  # the superseded timers do nothing
-        link.claims.answer("claim", [], False)  # nothing taken
-        link.claims.answer("next_due", NOW - 1)  # and still said due
-    assert delays[:4] == [0.005, 0.01, 0.02, 0.04]
-    assert max(delays) == 1.0
-    link.loop.fire()
-    link.claims.answer("claim", [_job(1)], False)  # a claim took something
-    link.claims.answer("next_due", NOW - 1)
-    assert [d for d, _ in link.loop.later if d < 100] == [pytest.approx(0.006)]
 
 
 def test_the_safety_poll_claims_only_when_the_store_says_work_is_due():

@@ -352,85 +352,21 @@ due AS (
 ),
 {claim_due}
 
--- fragment: at_limit
--- Queue row lq is at its queue-wide concurrency limit (migration 0007): its live claims
--- (state 'processing', deadline ahead) fill it.
-(lq.max_claimed IS NOT NULL
- AND lq.max_claimed <= (SELECT count(*) FROM {jobs} x WHERE x.queue = lq.name
-                        AND x.state = 'processing' AND x.deadline > {now}))
-
--- fragment: room_now
--- Queue row lq has a job a claim would take now: among its first {limit_scan} due jobs
--- (the claim's scan window, in claim order) a spent one (buried by the claim), one
--- without a key, or one whose key has no limit or room under it. Without per-key limits
--- the first due job answers (the scan stops there).
-EXISTS (
-  SELECT 1 FROM (
-    SELECT j.limit_key, (j.attempts >= j.max_attempts) AS spent FROM {jobs} j
-    WHERE j.queue = lq.name AND j.run_at <= {now}
-      AND (j.expires_at IS NULL OR j.expires_at > {now})
-    ORDER BY j.priority DESC, j.run_at, j.id
-    LIMIT {limit_scan}
-  ) c
-  CROSS JOIN LATERAL (SELECT COALESCE((lq.key_limits::jsonb ->> c.limit_key)::int,
-                                      (lq.key_limits::jsonb ->> '*')::int) AS cap) k
-  WHERE c.spent OR c.limit_key IS NULL OR k.cap IS NULL
-     OR k.cap > (SELECT count(*) FROM {jobs} x
-                 WHERE x.queue = lq.name AND x.limit_key = c.limit_key
-                   AND x.state = 'processing' AND x.deadline > {now})
-)
-
--- fragment: limit_blocked
--- Queue qn.name has a concurrency limit and a claim would take nothing of it now: at its
--- limit, or every job in the scan window is of a key at its own limit. It is due again
--- when a claim ends, which an ack or dead letter announces (see freed), or lapses, which
--- nothing announces (next_due gives the time: lapse_next). One primary-key probe of a
--- queue without a limit.
+-- fragment: full
+-- Queue qn.name has a concurrency limit and it is reached (migration 0007): nothing of
+-- it can be claimed until a claim ends, which announces the queue (see freed). One
+-- primary-key probe of a queue without a limit.
 EXISTS (SELECT 1 FROM {queues} lq
-        WHERE lq.name = qn.name AND {has_limit} AND ({at_limit} OR NOT {room_now}))
-
--- fragment: limited_qn
--- Queue qn.name has a concurrency limit (a primary-key probe).
-EXISTS (SELECT 1 FROM {queues} lq WHERE lq.name = qn.name AND {has_limit})
-
--- fragment: lapse_next
--- The earliest deadline of queue row lq's live claims: when a slot frees by a lapse (a
--- worker that died or hung), which no statement announces (index jobs_processing).
-(SELECT min(x.deadline) FROM {jobs} x
- WHERE x.queue = lq.name AND x.state = 'processing' AND x.deadline > {now})
-
--- fragment: delayed_next
--- The earliest future run_at of queue row lq's pending jobs (delayed work), by the loose
--- index scan of next_due.
-(SELECT min(d.run_at) FROM (
-  WITH RECURSIVE prio(p) AS (
-    (SELECT priority FROM {jobs} WHERE queue = lq.name ORDER BY priority DESC LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.priority FROM {jobs} j WHERE j.queue = lq.name AND j.priority < prio.p
-            ORDER BY j.priority DESC LIMIT 1)
-    FROM prio WHERE prio.p IS NOT NULL
-  )
-  SELECT (SELECT j.run_at FROM {jobs} j
-          WHERE j.queue = lq.name AND j.priority = prio.p AND j.state = 'pending'
-            AND j.run_at > {now} AND (j.expires_at IS NULL OR j.expires_at > {now})
-          ORDER BY j.run_at LIMIT 1) AS run_at
-  FROM prio WHERE prio.p IS NOT NULL
-) d)
-
--- fragment: limited_next
--- When a claim of queue row lq (it has a limit) may next take something no statement
--- announces: now if it would take a job now, else when a delayed job falls due (not at
--- its queue-wide limit: a job falling due cannot be taken then) or the earliest live
--- claim lapses, freeing its slot (docs/flow-control.md, "Waking").
-LEAST({lapse_next},
-      CASE WHEN {at_limit} THEN NULL WHEN {room_now} THEN {now} ELSE {delayed_next} END)
+        WHERE lq.name = qn.name AND lq.max_claimed IS NOT NULL
+          AND lq.max_claimed <= (SELECT count(*) FROM {jobs} x WHERE x.queue = lq.name
+                                 AND x.state = 'processing' AND x.deadline > {now}))
 
 -- name: has_due
 -- Due work a claim may take (not of a queue at its limit).
 SELECT EXISTS (
   SELECT 1 FROM unnest(%(queues)s::text[]) AS qn(name)
   WHERE EXISTS (SELECT 1 FROM {jobs} j WHERE j.queue = qn.name AND j.run_at <= {now})
-    AND qn.name <> ALL({paused}) AND NOT {limit_blocked}
+    AND qn.name <> ALL({paused}) AND NOT {full}
 ) AS due
 
 -- name: size
@@ -438,30 +374,23 @@ SELECT count(*) AS size FROM {jobs} WHERE queue = %(queue)s AND state = 'pending
 
 -- name: next_due
 -- min(run_at) of the pending jobs, by a loose index scan of the claim index: one seek
--- per priority present in each queue, not a scan of every pending row. A queue with a
--- concurrency limit gives limited_next instead: due now only if a claim would take
--- something, and the time its earliest live claim lapses.
-SELECT min(t.at) AS next_due FROM (
-  SELECT first.run_at AS at FROM unnest(%(queues)s::text[]) AS qn(name)
-  CROSS JOIN LATERAL (
-    WITH RECURSIVE prio(p) AS (
-      (SELECT priority FROM {jobs} WHERE queue = qn.name ORDER BY priority DESC LIMIT 1)
-      UNION ALL
-      SELECT (SELECT j.priority FROM {jobs} j WHERE j.queue = qn.name AND j.priority < prio.p
-              ORDER BY j.priority DESC LIMIT 1)
-      FROM prio WHERE prio.p IS NOT NULL
-    )
-    SELECT (SELECT j.run_at FROM {jobs} j
-            WHERE j.queue = qn.name AND j.priority = prio.p AND j.state = 'pending'
-              AND (j.expires_at IS NULL OR j.expires_at > {now})
-            ORDER BY j.run_at LIMIT 1) AS run_at
+-- per priority present in each queue, not a scan of every pending row.
+SELECT min(first.run_at) AS next_due FROM unnest(%(queues)s::text[]) AS qn(name)
+CROSS JOIN LATERAL (
+  WITH RECURSIVE prio(p) AS (
+    (SELECT priority FROM {jobs} WHERE queue = qn.name ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.priority FROM {jobs} j WHERE j.queue = qn.name AND j.priority < prio.p
+            ORDER BY j.priority DESC LIMIT 1)
     FROM prio WHERE prio.p IS NOT NULL
-  ) first
-  WHERE qn.name <> ALL({paused}) AND NOT {limited_qn}
-  UNION ALL
-  SELECT {limited_next} FROM {queues} lq
-  WHERE lq.name = ANY(%(queues)s::text[]) AND {has_limit} AND lq.name <> ALL({paused})
-) t
+  )
+  SELECT (SELECT j.run_at FROM {jobs} j
+          WHERE j.queue = qn.name AND j.priority = prio.p AND j.state = 'pending'
+            AND (j.expires_at IS NULL OR j.expires_at > {now})
+          ORDER BY j.run_at LIMIT 1) AS run_at
+  FROM prio WHERE prio.p IS NOT NULL
+) first
+WHERE qn.name <> ALL({paused}) AND NOT {full}
 
 -- fragment: freed
 -- A slot freed: the queues of the rows "gone" that have a concurrency limit are

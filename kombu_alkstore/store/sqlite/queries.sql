@@ -156,52 +156,19 @@ RETURNING id
 -- The live job holding a unique key in a queue (at most one: the index jobs_unique).
 SELECT {job_read} FROM {jobs} WHERE queue = :queue AND unique_key = :unique_key
 
--- fragment: at_limit
--- Queue row lq is at its queue-wide concurrency limit (migration 0007): its live claims
--- (state 'processing', deadline ahead) fill it.
-(lq.max_claimed IS NOT NULL
- AND lq.max_claimed <= (SELECT count(*) FROM {jobs} x WHERE x.queue = lq.name
-                        AND x.state = 'processing' AND x.deadline > :now))
-
--- fragment: key_cap
--- The limit of candidate c's key in queue row lq: its own entry, else "*"'s (or NULL).
-COALESCE((SELECT e.value FROM json_each(lq.key_limits) e WHERE e.key = c.limit_key),
-         (SELECT e.value FROM json_each(lq.key_limits) e WHERE e.key = '*'))
-
--- fragment: room_now
--- Queue row lq has a job a claim would take now: among its first {limit_scan} due jobs
--- (the claim's scan window, in claim order) a spent lapsed claim (buried by the claim),
--- one without a key, or one whose key has no limit or room under it. Without per-key
--- limits the first due job answers.
-EXISTS (
-  SELECT 1 FROM (
-    SELECT j.limit_key, (j.state = 'processing' AND j.attempts >= j.max_attempts) AS spent
-    FROM {jobs} j
-    WHERE j.queue = lq.name AND j.run_at <= :now
-      AND (j.expires_at IS NULL OR j.expires_at > :now)
-    ORDER BY j.priority DESC, j.run_at, j.id
-    LIMIT {limit_scan}
-  ) c
-  WHERE c.spent OR c.limit_key IS NULL OR lq.key_limits IS NULL OR {key_cap} IS NULL
-     OR {key_cap} > (SELECT count(*) FROM {jobs} x
-                     WHERE x.queue = lq.name AND x.limit_key = c.limit_key
-                       AND x.state = 'processing' AND x.deadline > :now)
-)
-
--- fragment: blocked_queues
--- The queues of :queues with a concurrency limit of which a claim would take nothing now
--- (at the limit, or every job in the scan window is of a key at its own limit): due
--- again when a claim ends, whose commit wakes the waiters, or lapses, which nothing
--- announces (next_due gives the time).
+-- fragment: full_queues
+-- The queues of :queues whose concurrency limit is reached (migration 0007): nothing of
+-- theirs can be claimed until a claim ends, whose commit wakes the waiters.
 SELECT lq.name FROM {queues} lq
-WHERE lq.name IN (SELECT value FROM json_each(:queues)) AND {has_limit}
-  AND ({at_limit} OR NOT {room_now})
+WHERE lq.name IN (SELECT value FROM json_each(:queues)) AND lq.max_claimed IS NOT NULL
+  AND lq.max_claimed <= (SELECT count(*) FROM {jobs} x WHERE x.queue = lq.name
+                         AND x.state = 'processing' AND x.deadline > :now)
 
 -- name: claim_probe
 -- Anything due (a lapsed claim included) that a claim may take? A read: a claim with
 -- nothing due, or only jobs of queues at their limit, takes no write lock.
 SELECT 1 AS due FROM {jobs}
-WHERE {active_queues} AND run_at <= :now AND queue NOT IN ({blocked_queues}) LIMIT 1
+WHERE {active_queues} AND run_at <= :now AND queue NOT IN ({full_queues}) LIMIT 1
 
 -- name: take_spent
 -- The spent lapsed claims among the due jobs, out of the queue (to "bury").
@@ -318,44 +285,22 @@ SELECT count(*) AS size FROM {jobs} WHERE queue = :queue AND state = 'pending'
 
 -- name: next_due
 -- min(run_at) of the pending jobs, by a loose index scan of the claim index: one
--- seek per priority present in each queue, not a scan of every pending row. A queue with
--- a concurrency limit ("lim") is due now only if a claim would take something, else
--- when a delayed job falls due (not at its queue-wide limit) or its earliest live claim
--- lapses, freeing a slot (docs/flow-control.md, "Waking").
+-- seek per priority present in each queue, not a scan of every pending row.
 WITH RECURSIVE prio(queue, p) AS (
   SELECT qn.value, (SELECT priority FROM {jobs} WHERE queue = qn.value
                     ORDER BY priority DESC LIMIT 1)
   FROM json_each(:queues) AS qn WHERE qn.value NOT IN (SELECT queue FROM {paused_queues})
+    AND qn.value NOT IN ({full_queues})  -- due again when a claim ends (a wake-up)
   UNION ALL
   SELECT prio.queue, (SELECT j.priority FROM {jobs} j WHERE j.queue = prio.queue
                       AND j.priority < prio.p ORDER BY j.priority DESC LIMIT 1)
   FROM prio WHERE prio.p IS NOT NULL
-),
-lim AS (
-  SELECT lq.name, {at_limit} AS at_limit, {room_now} AS room,
-         (SELECT min(x.deadline) FROM {jobs} x WHERE x.queue = lq.name
-          AND x.state = 'processing' AND x.deadline > :now) AS lapse
-  FROM {queues} lq
-  WHERE lq.name IN (SELECT value FROM json_each(:queues)) AND {has_limit}
-    AND lq.name NOT IN (SELECT queue FROM {paused_queues})
 )
-SELECT min(at) AS next_at FROM (
-  SELECT (SELECT j.run_at FROM {jobs} j
-          WHERE j.queue = prio.queue AND j.priority = prio.p AND j.state = 'pending'
-            AND (j.expires_at IS NULL OR j.expires_at > :now)
-          ORDER BY j.run_at LIMIT 1) AS at
-  FROM prio WHERE prio.p IS NOT NULL AND prio.queue NOT IN (SELECT name FROM lim)
-  UNION ALL
-  SELECT (SELECT j.run_at FROM {jobs} j
-          WHERE j.queue = prio.queue AND j.priority = prio.p AND j.state = 'pending'
-            AND j.run_at > :now AND (j.expires_at IS NULL OR j.expires_at > :now)
-          ORDER BY j.run_at LIMIT 1)
-  FROM prio JOIN lim ON lim.name = prio.queue WHERE prio.p IS NOT NULL AND NOT lim.at_limit
-  UNION ALL
-  SELECT CASE WHEN lim.room AND NOT lim.at_limit THEN :now END FROM lim
-  UNION ALL
-  SELECT lim.lapse FROM lim
-)
+SELECT min((SELECT j.run_at FROM {jobs} j
+            WHERE j.queue = prio.queue AND j.priority = prio.p AND j.state = 'pending'
+              AND (j.expires_at IS NULL OR j.expires_at > :now)
+            ORDER BY j.run_at LIMIT 1)) AS next_at
+FROM prio WHERE prio.p IS NOT NULL
 
 
 -- name: ack
