@@ -43,14 +43,18 @@ UPDATE {results} SET expires_at = %(expires_at)s WHERE key = %(key)s;
 -- Up to %(batch)s expired results and as many expired chords with their parts, in one
 -- statement (repeated while a batch was full: see results.py).
 WITH r AS (
+    -- the condition again on the row deleted: one stored anew meanwhile (its DELETE
+    -- waited for the row and reads its new version) is kept
     DELETE FROM {results} WHERE key IN (
         SELECT key FROM {results} WHERE expires_at IS NOT NULL AND expires_at <= %(now)s
         LIMIT %(batch)s)
+      AND expires_at IS NOT NULL AND expires_at <= %(now)s
     RETURNING 1
 ), c AS (
     DELETE FROM {chords} WHERE group_id IN (
         SELECT group_id FROM {chords} WHERE expires_at IS NOT NULL AND expires_at <= %(now)s
         LIMIT %(batch)s)
+      AND expires_at IS NOT NULL AND expires_at <= %(now)s
     RETURNING group_id
 ), p AS (
     DELETE FROM {chord_parts} WHERE group_id IN (SELECT group_id FROM c) RETURNING 1

@@ -25,7 +25,7 @@ UPDATE {results} SET expires_at = :expires_at WHERE key = :key;
 DELETE FROM {results} WHERE key IN (
     SELECT key FROM {results} WHERE expires_at IS NOT NULL AND expires_at <= :now
     LIMIT :batch
-);
+) AND expires_at IS NOT NULL AND expires_at <= :now;
 
 -- name: cleanup_parts
 -- The parts of the :batch first expired chords, which cleanup_chords then deletes (the
