@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import abc
 import json
+import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -254,7 +255,11 @@ class ActStatements(Statements):
             retention = self.options.acts_retention  # type: ignore[attr-defined]
         if retention is None:
             return 0
-        if isinstance(retention, bool) or not isinstance(retention, (int, float)) or retention <= 0:
+        if (
+            isinstance(retention, bool)
+            or not isinstance(retention, (int, float))
+            or not 0 < retention < math.inf  # NaN too: it would admit every delete
+        ):
             raise ConfigurationError(f"acts retention must be a number > 0, got {retention!r}")
         total = 0
         while True:

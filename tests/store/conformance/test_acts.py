@@ -177,3 +177,9 @@ def test_the_maintenance_holder_trims_acts_past_the_retention(opener):
     store.pause_queue("new", actor=ALICE)
     Maintenance(60).round(store)
     assert [a.queue for a in store.acts()] == ["new"]
+
+
+def test_the_trim_refuses_a_retention_that_would_admit_every_delete(store):
+    for bad in (float("nan"), float("inf"), 0, -1):
+        with pytest.raises(ConfigurationError, match="acts retention must be a number > 0"):
+            store.trim_acts(retention=bad)
