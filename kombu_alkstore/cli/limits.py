@@ -46,21 +46,21 @@ def cmd_limit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         what = f"queue {args.name!r}" + (f" key {args.key!r}" if args.key else "")
         if args.clear:
             store.clear_limit(args.name, args.key)
-            kept = [q for q in store.limits() if q.queue == args.name and q.keys]
-            if args.key is None and kept:
-                keys = ", ".join(repr(k) for k in kept[0].keys)
-                out.write(
-                    f"{what}: no queue-wide limit; its per-key limits stay ({keys}: "
-                    "--clear --key K clears one)\n"
-                )
-            else:
-                out.write(f"{what}: no limit\n")
         else:
             store.set_limit(args.name, args.n, args.key)
+        now = [q for q in store.limits() if q.queue == args.name]
+        if not args.clear:
             out.write(f"{what}: at most {args.n} claimed at once\n")
-        for limit in store.limits():
-            if limit.queue == args.name:
-                out.write(describe(limit) + "\n")
+        elif args.key is None and now and now[0].keys:
+            keys = ", ".join(repr(k) for k in now[0].keys)
+            out.write(
+                f"{what}: no queue-wide limit; its per-key limits stay ({keys}: "
+                "--clear --key K clears one)\n"
+            )
+        else:
+            out.write(f"{what}: no limit\n")
+        for limit in now:
+            out.write(describe(limit) + "\n")
     finally:
         store.close()
     return 0
