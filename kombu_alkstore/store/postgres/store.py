@@ -454,13 +454,16 @@ class PostgresStore(Store):
         done = self._acting(act, actor, lambda run: run(key, params), target)
         return sum(g.count or 0 for g in done)
 
+    def _dead_pick(self, ids: Sequence[int] | None, queue: str | None) -> dict[str, Any]:
+        return {"ids": None if ids is None else [int(i) for i in ids], "queue": queue}
+
     def dead_requeue(
         self,
         ids: Sequence[int] | None = None,
         queue: str | None = None,
         actor: Actor | None = None,
     ) -> int:
-        params = {"ids": None if ids is None else [int(i) for i in ids], "queue": queue}
+        params = self._dead_pick(ids, queue)
         return self._dead_change("dead_requeue", params, "dead_requeue", actor)
 
     def dead_purge(
@@ -469,7 +472,7 @@ class PostgresStore(Store):
         queue: str | None = None,
         actor: Actor | None = None,
     ) -> int:
-        params = {"ids": None if ids is None else [int(i) for i in ids], "queue": queue}
+        params = self._dead_pick(ids, queue)
         return self._dead_change("dead_purge", params, "dead_purge", actor)
 
     def dead_move(self, ids: Sequence[int], queue: str, actor: Actor | None = None) -> int:
