@@ -74,6 +74,10 @@ class Engine:
     #: Close every connection of this process the engine keeps outside its stores
     #: (``close_all_stores``, between tests).
     close_all: Callable[[], None] = _nothing
+    #: ``table_queue(store, spec)``: a table of the service's own on ``store`` read as a
+    #: queue (:class:`~kombu_alkstore.tables.queue.TableQueue`, docs/tables.md); None
+    #: where the engine has none.
+    table_queue: Callable[[Any, Any], Any] | None = None
 
 
 _registry: tuple[Engine, ...] = ()

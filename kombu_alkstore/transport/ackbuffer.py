@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from ..store import StoreOptions, StoreURL, acquire_store, release_store
@@ -22,13 +23,20 @@ class AckBuffer:
     """
 
     def __init__(
-        self, link: Link, flush_interval: float, store_url: StoreURL, store_options: StoreOptions
+        self,
+        link: Link,
+        flush_interval: float,
+        store_url: StoreURL,
+        store_options: StoreOptions,
+        wrap: Callable[[Any], Any] = lambda store: store,
     ) -> None:
         self.link = link
         self.flush_interval = flush_interval
         #: Where a late ack goes after the connection closed (a store of its own).
         self._store_url = store_url
         self._store_options = store_options
+        #: The late ack's store as the connection saw it (its table queues routed).
+        self._wrap = wrap
         self._pending: list[Any] = []
         self._lock = threading.Lock()
         self._scheduled = False
@@ -61,7 +69,7 @@ class AckBuffer:
         else:  # a late ack (acks_late) after this connection closed: the claim still holds
             store = acquire_store(self._store_url, self._store_options)
             try:
-                self._landed(batch, store.ack(batch))
+                self._landed(batch, self._wrap(store).ack(batch))
             finally:
                 release_store(store)
 

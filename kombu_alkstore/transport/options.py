@@ -9,6 +9,7 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..store.limits import parse_limits
 from ..store.options import StoreOptions, coerce_option, is_finite_number
+from ..tables.spec import parse_tables
 
 #: The shortest visibility timeout a transport accepts (seconds): a claim must outlive the
 #: round trip that delivers it and its task's start (at 5 ms every claim of a burst
@@ -44,7 +45,7 @@ _INSTEAD = {
 
 
 #: Transport options that are not numbers (parsed on their own).
-_NOT_NUMBERS = frozenset({"limits"})
+_NOT_NUMBERS = frozenset({"limits", "tables"})
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,10 @@ class TransportOptions:
     #: ``{queue: N}`` or ``{queue: {"limit": N, "keys": {key: M, "*": M}}}``, parsed by
     #: :func:`kombu_alkstore.store.limits.parse_limits` (docs/flow-control.md).
     limits: Any = None
+    #: Tables of the service's own read as queues: ``{queue: {"table": ..., "task": ...,
+    #: "columns": {role: column}, ...}}``, parsed by
+    #: :func:`kombu_alkstore.tables.spec.parse_tables` (docs/tables.md).
+    tables: tuple = ()
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -117,6 +122,8 @@ def parse_transport_options(raw: dict[str, Any] | None) -> tuple[StoreOptions, T
     kwargs: dict[str, Any] = {}
     if raw.get("limits") is not None:
         kwargs["limits"] = parse_limits(raw["limits"], "transport option limits")
+    if raw.get("tables") is not None:
+        kwargs["tables"] = parse_tables(raw["tables"])
     for name, default in mine.items():
         if raw.get(name) is not None and name not in _NOT_NUMBERS:
             kwargs[name] = coerce_option(name, raw[name], 1.0 if default is None else default)

@@ -20,6 +20,7 @@ from ..errors import ConfigurationError
 from ..maintenance import LEASE, Maintenance
 from ..store import Store, StoreURL, Waiter, acquire_store, connection_errors, release_store
 from ..store.options import parse_store_url
+from ..tables.router import route_tables, unwrap
 from .ackbuffer import AckBuffer
 from .channel import Channel
 from .declarations import Declarations
@@ -90,7 +91,11 @@ class Transport(virtual.Transport):
         #: visibility timeout.
         self.held: dict[str, Any] = {}
         self.acks = AckBuffer(
-            self.link, self.options.ack_flush_interval, self.store_url, self.store_options
+            self.link,
+            self.options.ack_flush_interval,
+            self.store_url,
+            self.store_options,
+            lambda store: route_tables(store, self.options.tables),
         )
         #: Queue declarations made recently by this connection (see Channel._new_queue).
         self.declared: dict[tuple, float] = {}
@@ -130,10 +135,15 @@ class Transport(virtual.Transport):
     # -------------------------------------------------------------- connection
     def establish_connection(self) -> Any:
         if self.store is None:
-            self.store = acquire_store(self.store_url, self.store_options)
-            self.routing = RoutingCache.for_store(self.store)
+            store = acquire_store(self.store_url, self.store_options)
+            self.routing = RoutingCache.for_store(store)
             if self.options.limits:  # written by every connection that carries them
-                self.store.apply_limits(self.options.limits)
+                store.apply_limits(self.options.limits)
+            try:  # table queues: checked against their tables, refused naming a column
+                self.store = route_tables(store, self.options.tables)
+            except BaseException:
+                release_store(store)
+                raise
         try:
             self.store.ping()  # reusing an open store must still prove the database is up
         except self.connection_errors:
@@ -163,7 +173,7 @@ class Transport(virtual.Transport):
                 self.store.flush_publishes()
             except Exception as exc:  # closing must not raise; they stay queued to re-send
                 logger.warning("alkstore: publishes not confirmed at close: %r", exc)
-            release_store(self.store)
+            release_store(unwrap(self.store))
             self.store = None
 
     def _collect(self, connection: Any) -> None:

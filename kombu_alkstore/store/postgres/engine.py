@@ -64,6 +64,12 @@ def _close_all() -> None:
     close_all_waiters()
 
 
+def _table_queue(store: Any, spec: Any) -> Any:
+    from .tables import PostgresTableQueue
+
+    return PostgresTableQueue(store, spec)
+
+
 ENGINE = Engine(
     name="postgresql",
     title="PostgreSQL",
@@ -78,4 +84,5 @@ ENGINE = Engine(
     grants=_grants,
     listen_url=True,
     close_all=_close_all,
+    table_queue=_table_queue,
 )

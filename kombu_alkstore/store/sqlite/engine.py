@@ -51,6 +51,12 @@ def _script(
     return script(found, existing, stored_name)
 
 
+def _table_queue(store: Any, spec: Any) -> Any:
+    from .tables import SQLiteTableQueue
+
+    return SQLiteTableQueue(store, spec)
+
+
 ENGINE = Engine(
     name="sqlite",
     title="SQLite",
@@ -62,4 +68,5 @@ ENGINE = Engine(
     script=_script,
     conninfo=_conninfo,
     file=True,
+    table_queue=_table_queue,
 )
