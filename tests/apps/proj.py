@@ -63,3 +63,9 @@ def relay(key: str, n: int = 1) -> None:
     that call ``.delay()``)."""
     for i in range(n):
         mark.delay(f"{key}-{i}")
+
+
+@app.task
+def mark_row(**row: object) -> None:
+    """A table queue's row in row mode: its columns as keyword arguments."""
+    record(f"row:{row['id']}:{row['recipient']}")
