@@ -10,8 +10,8 @@ from collections.abc import Mapping
 def add_connection_options(
     parser: argparse.ArgumentParser, environ: Mapping[str, str] | None
 ) -> None:
-    """``-b/--broker`` and ``--schema``; with ``environ=None`` they default to nothing, so a
-    subcommand's copy never overrides a value given before the command."""
+    """``-b/--broker``, ``--schema`` and ``--tables``; with ``environ=None`` they default to
+    nothing, so a subcommand's copy never overrides a value given before the command."""
     suppress = environ is None
     parser.add_argument(
         "-b",
@@ -24,6 +24,13 @@ def add_connection_options(
         "--schema",
         default=argparse.SUPPRESS if suppress else environ.get("ALKSTORE_SCHEMA", "alkstore"),
         help="store schema, the transport option `schema` (default: $ALKSTORE_SCHEMA or alkstore)",
+    )
+    parser.add_argument(
+        "--tables",
+        default=argparse.SUPPRESS if suppress else environ.get("ALKSTORE_TABLES"),
+        metavar="FILE",
+        help="a JSON file holding the transport option `tables`: table queues shown with "
+        "the others (default: $ALKSTORE_TABLES)",
     )
 
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 
+from ..errors import ConfigurationError
 from ..store import Store, StoreURL, open_store
 from ..store.options import parse_store_url, validate_identifier
+from ..tables.router import route_tables
+from ..tables.spec import TableSpec, parse_tables
 from .errors import CLIError
 
 #: URL schemes that are a database URL already (``postgresql+psycopg://`` names a driver).
@@ -56,6 +60,28 @@ def parse(url: str) -> StoreURL:
 
 
 def open_cli_store(args: argparse.Namespace, setup: bool = False) -> Store:
-    """Open the store named by ``-b`` without creating anything (unless ``setup``)."""
+    """Open the store named by ``-b`` without creating anything (unless ``setup``); with
+    ``--tables``, its table queues beside it (:func:`kombu_alkstore.tables.route_tables`)."""
     validate_identifier(args.schema, "schema")
-    return open_store(parse(store_url(args.broker)), schema=args.schema, setup=setup)
+    specs = read_tables(getattr(args, "tables", None))
+    store = open_store(parse(store_url(args.broker)), schema=args.schema, setup=setup)
+    try:
+        return route_tables(store, specs)
+    except BaseException:
+        store.close()
+        raise
+
+
+def read_tables(path: str | None) -> tuple[TableSpec, ...]:
+    """The table queues of the JSON file ``path`` (the transport option ``tables``)."""
+    if not path:
+        return ()
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise CLIError(f"--tables {path}: cannot read a JSON mapping: {exc}") from None
+    try:
+        return parse_tables(raw)
+    except ConfigurationError as exc:
+        raise CLIError(f"--tables {path}: {exc}") from None

@@ -17,11 +17,12 @@ dead-letters it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..store import Delivery
+from ..store import Delivery, QueueCounts
 from ..store.engines import engine_named
 from .message import RowDelivery
 from .queue import TableQueue
@@ -135,9 +136,32 @@ class TableRouter:
         """Rows: a failed attempt (delayed, or dead once spent); jobs: dead letters."""
         return self._both(deliveries, "retry", lambda jobs: self.inner.fail(jobs, error))
 
+    # ------------------------------------------------------------ operator reads
+    def counts(self, queues: Sequence[str] | None = None) -> list[QueueCounts]:
+        """The store's counts with each table queue's rows added to its queue's (every
+        table queue listed, even empty, unless ``queues`` leaves it out)."""
+        by = {c.queue: c for c in self.inner.counts(queues)}
+        for name, table in self.tables.items():
+            if queues is None or name in queues:
+                by[name] = added(by.get(name), table.counts())
+        return sorted(by.values(), key=lambda c: c.queue)
+
     def session(self) -> Any:
         session = self.inner.session()
         return SessionRouter(session, self) if session is not None else None
+
+
+def added(jobs: QueueCounts | None, rows: QueueCounts) -> QueueCounts:
+    """A queue's job counts and its table's row counts, summed."""
+    if jobs is None:
+        return rows
+    return dataclasses.replace(
+        jobs,
+        pending=jobs.pending + rows.pending,
+        delayed=jobs.delayed + rows.delayed,
+        processing=jobs.processing + rows.processing,
+        dead=jobs.dead + rows.dead,
+    )
 
 
 def earliest(a: float | None, b: float | None) -> float | None:

@@ -121,7 +121,7 @@ WHERE {in_group} AND {unfinished} AND {live} AND t.{c_retry_after} > {now}
 -- name: counts
 SELECT
   count(*) FILTER (WHERE {due} AND {live}) AS pending,
-  count(*) FILTER (WHERE {in_group} AND {unfinished} AND {live}
+  count(*) FILTER (WHERE {in_group} AND {unfinished}
                    AND t.{c_locked_until} > {now}) AS processing,
   count(*) FILTER (WHERE {in_group} AND {unfinished} AND {spent}
                    AND (t.{c_locked_until} IS NULL OR t.{c_locked_until} <= {now})) AS spent

@@ -129,7 +129,7 @@ WHERE {in_group} AND {unfinished} AND {live} AND julianday(t.{c_retry_after}) > 
 -- name: counts
 SELECT
   count(*) FILTER (WHERE {due} AND {live}) AS pending,
-  count(*) FILTER (WHERE {in_group} AND {unfinished} AND {live}
+  count(*) FILTER (WHERE {in_group} AND {unfinished}
                    AND julianday(t.{c_locked_until}) > {now}) AS processing,
   count(*) FILTER (WHERE {in_group} AND {unfinished} AND {spent}
                    AND (t.{c_locked_until} IS NULL OR julianday(t.{c_locked_until}) <= {now})) AS spent
