@@ -62,6 +62,10 @@ class TableQueue(abc.ABC):
     def transaction(self) -> AbstractContextManager[Run]:
         """One transaction on the store's database, yielding a :data:`Run`."""
 
+    def engine_params(self) -> dict[str, Any]:
+        """Parameters the engine's statements bind besides the queue's own."""
+        return {}
+
     def reflect_name(self, table: str) -> str:
         """``table`` as the engine's ``columns`` statement takes it (a bound value)."""
         return table
@@ -109,6 +113,8 @@ class TableQueue(abc.ABC):
             "max_attempts": spec.max_attempts,
             "vt": spec.visibility_timeout,
             "dead_group": spec.dead.group,
+            "queue": spec.queue,
+            **self.engine_params(),
             **more,
         }
 

@@ -143,3 +143,16 @@ def test_a_mismatched_mapping_is_refused_naming_the_column(table, tmp_path):
     assert proc.returncode != 0
     line = "column 'tries' (role attempt) is not in the table"
     assert line in proc.stdout + proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_rejected_row_is_retried_with_backoff_then_dead(table, tmp_path):
+    """Each rejection delays the row; the worker hears when it falls due (PostgreSQL:
+    the delay's notification; SQLite: the commit) well before its safety poll."""
+    record, log = tmp_path / "record.tsv", tmp_path / "worker.log"
+    env = _env(table, task="tests.apps.proj.reject_me", backoff_base=0.3)
+    insert(table, json.dumps({"key": "r"}))
+    with worker_process(table, record, "-Q", "emails", "-c", "1", log=log, **env):
+        wait_for(lambda: len(read_record(record)) == 3 and not rows(table)[0][3], POLL / 2, 0.1)
+        time.sleep(1.0)
+    assert [r[:2] for r in read_record(record)] == [["reject", "r"]] * 3
+    assert [r[1:4] for r in rows(table)] == [(3, False, False)]  # spent, left in place

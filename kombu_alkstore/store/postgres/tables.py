@@ -44,5 +44,8 @@ class PostgresTableQueue(TableQueue):
 
             yield run
 
+    def engine_params(self) -> dict[str, Any]:
+        return {"channel": self.store.statements.channel}  # the waiter's (waiter.py)
+
     def reflect_name(self, table: str) -> str:
         return quote(table)  # to_regclass() reads it as SQL would

@@ -92,8 +92,12 @@ UPDATE {table} t SET {c_locked_until} = NULL{refund}
 WHERE {held} RETURNING t.{c_id} AS alk_id
 
 -- name: delay
+-- A failed attempt; the store's channel hears when the row falls due (at commit), so an
+-- idle worker claims it then, as it does a job's retry.
 UPDATE {table} t SET {delay_set}
-WHERE {held} RETURNING t.{c_id} AS alk_id
+WHERE {held}
+RETURNING t.{c_id} AS alk_id, pg_notify(%(channel)s, json_build_array(
+  extract(epoch FROM {now})::float8 + %(delay)s, %(queue)s::text)::text) IS NULL AS alk_noted
 
 -- name: bury_stay
 -- Attempts spent, no dead letter configured: the row stays, its lease dropped; the
