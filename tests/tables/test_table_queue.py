@@ -14,6 +14,9 @@ from kombu_alkstore.tables.spec import parse_tables
 from kombu_alkstore.transport.envelope import to_message
 from tests.tables.tablekit import insert, make_table, rows, spec_for
 
+#: A retry_after passed long ago (both engines read this form).
+PAST = "2000-01-01 00:00:00+00:00"
+
 
 def router(store, target, **over):
     return route_tables(store, parse_tables({"emails": spec_for(target, **over)}))
@@ -27,13 +30,15 @@ def table(store, target):
 
 def test_claim_order_priority_then_retry_after_then_id(store, table):
     insert(table, json.dumps({"key": "b"}), prio=5)
+    insert(table, json.dumps({"key": "d"}), prio=1, retry_after=PAST)
     insert(table, json.dumps({"key": "c"}), prio=1)
     insert(table, json.dumps({"key": "a"}), prio=1)
     r = router(store, table)
-    got = r.claim(["emails"], 10)
-    assert [d.row_id for d in got] == [2, 3, 1]
+    one_by_one = [r.claim(["emails"], 1)[0].row_id for _ in range(2)]
+    assert one_by_one == [3, 4]  # the smallest priority; no retry_after first, then by id
+    assert [d.row_id for d in r.claim(["emails"], 10)] == [2, 1]  # a batch in claim order
     assert r.claim(["emails"], 10) == []  # leased
-    assert [a for _, a, *_ in rows(table)] == [1, 1, 1]
+    assert [a for _, a, *_ in rows(table)] == [1, 1, 1, 1]
 
 
 def test_a_row_is_a_celery_task_message(store, table):
