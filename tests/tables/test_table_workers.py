@@ -156,3 +156,14 @@ def test_a_rejected_row_is_retried_with_backoff_then_dead(table, tmp_path):
         time.sleep(1.0)
     assert [r[:2] for r in read_record(record)] == [["reject", "r"]] * 3
     assert [r[1:4] for r in rows(table)] == [(3, False, False)]  # spent, left in place
+
+
+def test_heartbeats_keep_a_row_longer_than_its_lease(table, tmp_path):
+    record, log = tmp_path / "record.tsv", tmp_path / "worker.log"
+    env = _env(table, poll=0.5, visibility_timeout=1.5)
+    insert(table, json.dumps({"key": "long", "sleep": 5}))
+    with worker_process(table, record, "-Q", "emails", "-c", "2", log=log, **env):
+        wait_for(lambda: rows(table)[0][2], 40, 0.2)
+        time.sleep(1.0)
+    assert _keys(record) == ["long"]
+    assert [r[1:4] for r in rows(table)] == [(1, True, False)]
