@@ -21,3 +21,15 @@ def backoff_delay(attempt: int, base: float, rng: random.Random | None = None) -
     """A delay drawn uniformly from :func:`backoff_range` for this attempt."""
     low, high = backoff_range(attempt, base)
     return (rng or random).uniform(low, high)
+
+
+def retry_wait(
+    attempt: int, base: float, delay: float | None = None, first_immediate: bool = False
+) -> float:
+    """How long a failed attempt waits before it is due again: ``delay`` when given, 0
+    after a first attempt with ``first_immediate`` (a requeue), else the backoff curve."""
+    if delay is not None:
+        return float(delay)
+    if first_immediate and attempt <= 1:
+        return 0.0
+    return backoff_delay(attempt, base)

@@ -25,7 +25,7 @@ from ..errors import ConfigurationError, StoreUnavailable
 from .acts import ACT_IDS_CAP, Actor, changed_groups
 from .admin import RatePoint, RateTally
 from .ambient import unbound
-from .backoff import backoff_delay
+from .backoff import retry_wait
 from .checks import check_lease_ttl, check_queue_args, is_number
 from .claims import ClaimSession
 from .health import HealthReads
@@ -289,13 +289,7 @@ class Store(DashboardReads, HealthReads, LimitStatements, ScheduleStatements, St
             if d.attempts >= d.max_attempts:
                 spent.append(d)
                 continue
-            if delay is not None:
-                wait = float(delay)
-            elif first_immediate and d.attempts <= 1:
-                wait = 0.0
-            else:
-                wait = backoff_delay(d.attempts, d.backoff_base)
-            pend.append((d, wait, 0))
+            pend.append((d, retry_wait(d.attempts, d.backoff_base, delay, first_immediate), 0))
         landed = self._pend_held(pend) if pend else set()
         if spent:
             landed |= self._kill_held(spent, error)

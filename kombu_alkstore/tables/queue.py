@@ -25,7 +25,7 @@ from importlib import resources
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..store.backoff import backoff_delay
+from ..store.backoff import retry_wait
 from ..store.sqlfile import parse_blocks
 from ..store.values import QueueCounts
 from .message import RowDelivery, RowError, envelope
@@ -225,12 +225,7 @@ class TableQueue(abc.ABC):
             if self.spec.has("attempt") and d.attempts >= d.max_attempts:
                 spent.append(d)
                 continue
-            if delay is not None:
-                wait = float(delay)
-            elif immediate and d.attempts <= 1:
-                wait = 0.0
-            else:
-                wait = backoff_delay(d.attempts, d.backoff_base)
+            wait = retry_wait(d.attempts, d.backoff_base, delay, immediate)
             done |= self._each("delay", [d], delay=wait)
         if spent:
             done |= self.dead(spent)

@@ -22,6 +22,12 @@ def router(store, target, **over):
     return route_tables(store, parse_tables({"emails": spec_for(target, **over)}))
 
 
+def grouped(store, target, **over):
+    """The queue of the group 'emails', dead letters to the group 'dead', one attempt."""
+    columns = dict(spec_for(target)["columns"], group="grp")
+    return router(store, target, columns=columns, dead={"group": "dead"}, max_attempts=1, **over)
+
+
 @pytest.fixture
 def table(store, target):
     make_table(target)
@@ -108,13 +114,7 @@ def test_fail_delays_then_dead_letters_to_a_dead_table(store, table):
 
 def test_dead_group(store, table):
     insert(table, "{}", grp="emails")
-    r = router(
-        store,
-        table,
-        columns=dict(spec_for(table)["columns"], group="grp"),
-        dead={"group": "dead"},
-        max_attempts=1,
-    )
+    r = grouped(store, table)
     (d,) = r.claim(["emails"], 1)
     r.fail([d], "boom")
     assert rows(table)[0][4] == "dead"
@@ -143,14 +143,7 @@ def test_a_lapsed_lease_is_claimed_again_and_the_old_claim_is_fenced(store, tabl
 
 def test_a_lapsed_spent_row_is_dead_lettered_by_the_next_claim(store, table):
     insert(table, "{}", grp="emails")
-    r = router(
-        store,
-        table,
-        columns=dict(spec_for(table)["columns"], group="grp"),
-        dead={"group": "dead"},
-        max_attempts=1,
-        visibility_timeout=0.3,
-    )
+    r = grouped(store, table, visibility_timeout=0.3)
     assert len(r.claim(["emails"], 1)) == 1  # its worker dies: the lease lapses
     time.sleep(0.5)
     assert r.claim(["emails"], 1) == []
