@@ -167,3 +167,17 @@ def test_heartbeats_keep_a_row_longer_than_its_lease(table, tmp_path):
         time.sleep(1.0)
     assert _keys(record) == ["long"]
     assert [r[1:4] for r in rows(table)] == [(1, True, False)]
+
+
+def test_an_undecodable_payload_fails_its_attempts_and_runs_nothing(table, tmp_path):
+    record, log = tmp_path / "record.tsv", tmp_path / "worker.log"
+    columns = dict(spec_for(table)["columns"], payload="recipient")  # a text column
+    env = _env(table, poll=0.5, columns=columns, backoff_base=0.2)
+    insert(table, None, recipient="{not json")
+    insert(table, None, recipient='{"key": "good"}')
+    with worker_process(table, record, "-Q", "emails", "-c", "1", log=log, **env):
+        wait_for(lambda: rows(table)[0][1] == 3 and not rows(table)[0][3], 40, 0.2)
+        wait_for(lambda: rows(table)[1][2], 20, 0.2)
+    assert _keys(record) == ["good"]
+    assert [r[1:4] for r in rows(table)] == [(3, False, False), (1, True, False)]
+    assert b"the payload column is not JSON" in log.read_bytes()
