@@ -123,7 +123,7 @@ class TableQueue(abc.ABC):
         """Up to ``limit`` due rows, claimed, in claim order; spent ones dead-lettered."""
         spec = self.spec
         with self.transaction() as run:
-            if spec.has("attempt"):
+            if spec.dead.kind != "stay":  # spent rows left in place are passed over
                 spent = run("spent", self._params(limit=SPENT_BATCH))
                 if spent:
                     self._bury(run, [r["alk_id"] for r in spent])

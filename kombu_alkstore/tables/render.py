@@ -54,6 +54,8 @@ def render_for(
     )
     names["live"] = piece["live_attempt"] if attempt else "TRUE"
     names["spent"] = piece["spent_attempt"] if attempt else "FALSE"
+    # Due rows worth a claim: spent ones too when the claim dead-letters them elsewhere.
+    names["wanted"] = names["live"] if spec.dead.kind == "stay" else "TRUE"
     names["order"] = ", ".join(
         pieces(
             ("order_priority", spec.has("priority")),

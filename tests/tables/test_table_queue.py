@@ -186,3 +186,12 @@ def _claim_soon(r, timeout: float = 5.0):
             return got
         time.sleep(0.05)
     raise AssertionError("no row became due")
+
+
+def test_a_spent_row_left_in_place_is_not_due(store, table):
+    """Else every safety poll would find work and claim for nothing."""
+    insert(table, "{}")
+    r = router(store, table, max_attempts=1)
+    (d,) = r.claim(["emails"], 1)
+    r.fail([d], "boom")
+    assert not r.has_due(["emails"])

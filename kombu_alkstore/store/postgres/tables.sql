@@ -116,7 +116,8 @@ INSERT INTO {dead_table} ({copy}) SELECT {copy} FROM {table} t WHERE t.{c_id} = 
 DELETE FROM {table} t WHERE t.{c_id} = %(id)s RETURNING t.{c_id} AS alk_id
 
 -- name: has_due
-SELECT EXISTS (SELECT 1 FROM {table} t WHERE {due}) AS due
+-- A row to claim, or a spent one to dead-letter (not one left in place).
+SELECT EXISTS (SELECT 1 FROM {table} t WHERE {due} AND {wanted}) AS due
 
 -- name: next_due
 SELECT extract(epoch FROM min(t.{c_retry_after}))::float8 AS at FROM {table} t
