@@ -123,6 +123,13 @@ def parse_table(queue: str, raw: Any) -> TableSpec:
         if role not in ROLES:
             raise _fail(queue, f"unknown column role {role!r} (roles: {', '.join(ROLES)})")
         _name(queue, f"columns[{role!r}]", column)
+    seen: dict[str, str] = {}
+    for role, column in columns.items():
+        if column in seen:
+            raise _fail(queue, f"column {column!r} plays two roles ({seen[column]}, {role})")
+        seen[column] = role
+    if "group" in raw and "group" not in columns:
+        raise _fail(queue, "group needs a 'group' column role")
     for role in REQUIRED_ROLES:
         if role not in columns:
             raise _fail(queue, f"columns needs the {role!r} role")
