@@ -159,8 +159,8 @@ def test_a_rejected_row_is_retried_with_backoff_then_dead(table, tmp_path):
 
 def test_heartbeats_keep_a_row_longer_than_its_lease(table, tmp_path):
     record, log = tmp_path / "record.tsv", tmp_path / "worker.log"
-    env = _env(table, poll=0.5, visibility_timeout=1.5)
-    insert(table, json.dumps({"key": "long", "sleep": 5}))
+    env = _env(table, poll=0.5, visibility_timeout=2)  # beats every 2/3 s
+    insert(table, json.dumps({"key": "long", "sleep": 6}))  # three leases long
     with worker_process(table, record, "-Q", "emails", "-c", "2", log=log, **env):
         wait_for(lambda: rows(table)[0][2], 40, 0.2)
         time.sleep(1.0)
