@@ -17,6 +17,7 @@ dead-letters it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -79,7 +80,12 @@ class TableRouter:
     def claim(self, queues: Sequence[str], limit: int = 1) -> list[Delivery]:
         got = self.claim_rows(queues, limit)
         if len(got) < limit:
-            got += self.inner.claim(queues, limit - len(got))
+            try:
+                got += self.inner.claim(queues, limit - len(got))
+            except BaseException:
+                with contextlib.suppress(Exception):  # else their leases lapse
+                    self.release(got)  # not delivered: back at once
+                raise
         return got
 
     def tables_due(self, queues: Iterable[str]) -> bool:
@@ -121,16 +127,14 @@ class TableRouter:
         return self._both(deliveries, "release", self.inner.release)
 
     def requeue(self, deliveries: Iterable[Delivery]) -> set[Any]:
-        rows, jobs = split(deliveries)
-        done = set()
-        for name, held in rows.items():
-            done |= self.tables[name].retry(held, immediate=True)
-        return done | (self.inner.requeue(jobs) if jobs else set())
+        """Rows: at once after a first attempt, else the backoff; dead once spent."""
+        return self._both(deliveries, "retry", self.inner.requeue, None, True)
 
-    def retry(self, deliveries: Iterable[Delivery], delay: float | None = None, *args, **kw):
-        rows, jobs = split(deliveries)
-        done = self.rows_op("retry", rows, delay) if rows else set()
-        return done | (self.inner.retry(jobs, delay, *args, **kw) if jobs else set())
+    def retry(
+        self, deliveries: Iterable[Delivery], delay: float | None = None, *args: Any, **kw: Any
+    ) -> set[Any]:
+        store_op = lambda jobs: self.inner.retry(jobs, delay, *args, **kw)  # noqa: E731
+        return self._both(deliveries, "retry", store_op, delay)
 
     def fail(self, deliveries: Iterable[Delivery], error: str) -> set[Any]:
         """Rows: a failed attempt (delayed, or dead once spent); jobs: dead letters."""
@@ -187,7 +191,8 @@ class SessionRouter:
 
         def answered(jobs: Any, more: bool) -> None:
             if isinstance(jobs, BaseException):
-                self.router.release(got)  # not delivered: back at once, not after the lease
+                with contextlib.suppress(Exception):  # else their leases lapse
+                    self.router.release(got)  # not delivered: back at once
                 callback(jobs, more)
             else:
                 callback(got + list(jobs), more)
