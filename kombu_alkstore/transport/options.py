@@ -9,6 +9,7 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..store.limits import parse_limits
 from ..store.options import StoreOptions, coerce_option, is_finite_number
+from ..store.rates import parse_rates
 
 #: The shortest visibility timeout a transport accepts (seconds): a claim must outlive the
 #: round trip that delivers it and its task's start (at 5 ms every claim of a burst
@@ -44,7 +45,7 @@ _INSTEAD = {
 
 
 #: Transport options that are not numbers (parsed on their own).
-_NOT_NUMBERS = frozenset({"limits"})
+_NOT_NUMBERS = frozenset({"limits", "rates"})
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,9 @@ class TransportOptions:
     #: ``{queue: N}`` or ``{queue: {"limit": N, "keys": {key: M, "*": M}}}``, parsed by
     #: :func:`kombu_alkstore.store.limits.parse_limits` (docs/flow-control.md).
     limits: Any = None
+    #: The rates of the ``limits`` option (``"rate"``, ``"key_rates"``), parsed by
+    #: :func:`kombu_alkstore.store.rates.parse_rates` (not an option of its own).
+    rates: Any = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -100,7 +104,7 @@ def parse_transport_options(raw: dict[str, Any] | None) -> tuple[StoreOptions, T
     a warning naming it (it may belong to another transport the app also uses).
     """
     raw = dict(raw or {})
-    mine = {f.name: f.default for f in fields(TransportOptions)}
+    mine = {f.name: f.default for f in fields(TransportOptions) if f.name != "rates"}
     store_names = StoreOptions.names()
     for key in raw:
         if key not in mine and key not in store_names and key not in _FOREIGN:
@@ -117,6 +121,7 @@ def parse_transport_options(raw: dict[str, Any] | None) -> tuple[StoreOptions, T
     kwargs: dict[str, Any] = {}
     if raw.get("limits") is not None:
         kwargs["limits"] = parse_limits(raw["limits"], "transport option limits")
+        kwargs["rates"] = parse_rates(raw["limits"], "transport option limits")
     for name, default in mine.items():
         if raw.get(name) is not None and name not in _NOT_NUMBERS:
             kwargs[name] = coerce_option(name, raw[name], 1.0 if default is None else default)

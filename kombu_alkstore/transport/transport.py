@@ -134,6 +134,8 @@ class Transport(virtual.Transport):
             self.routing = RoutingCache.for_store(self.store)
             if self.options.limits:  # written by every connection that carries them
                 self.store.apply_limits(self.options.limits)
+            if self.options.rates:
+                self.store.apply_rates(self.options.rates)
         try:
             self.store.ping()  # reusing an open store must still prove the database is up
         except self.connection_errors:
