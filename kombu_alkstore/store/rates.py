@@ -105,6 +105,8 @@ class RateStatements(Statements):
     """Setting rate limits, a part of :class:`~.interface.Store` (read with the
     concurrency limits by :meth:`~.limits.LimitStatements.limits`)."""
 
+    now: Any  # Store.now (the same Store): the database's clock
+
     def set_rate(self, queue: str, rate: Rate | str, key: str | None = None) -> Rate:
         """At most ``rate`` claims of ``queue`` (``key``: of that key; ``"*"``: of each
         key without its own rate) from the next claim on; the claims already logged
@@ -137,11 +139,13 @@ class RateStatements(Statements):
         validate_name(queue, "queue name")
         return [float(r["at"]) for r in self._all("rate_log_times", {"queue": queue})]
 
-    def rate_use(self, queue: str, raw: str | None) -> QueueRates | None:
-        """``queue``'s rates (its stored ``rate_limits``, ``raw``) and the claims within
-        each one's period now (``"*"``: the busiest key without a rate of its own);
-        None without any rate. One short count per rate."""
-        rates = rates_of(raw)
+    def rate_use(self, queue: str, raw: str | None, wait: float | None = None) -> QueueRates | None:
+        """``queue``'s rates (its stored ``rate_limits``, ``raw``, and ``rate_wait``) and
+        the claims within each one's period now (``"*"``: the busiest key without a rate
+        of its own); None without any rate. One short count per rate."""
+        if wait is not None and wait <= self.now():
+            wait = None  # a past wait throttles nothing
+        rates = rates_of(raw, wait)
         if rates is None:
             return None
         used = {}
