@@ -43,9 +43,9 @@ def _check_choice(args: argparse.Namespace) -> None:
     limit = args.n is not None or args.clear
     rate = args.rate is not None or args.clear_rate
     if (args.n is not None and args.clear) or (args.rate is not None and args.clear_rate):
-        raise CLIError("give N or --clear, and --rate R or --clear-rate (not both of a pair)")
+        raise CLIError("give the limit N, or --clear (not both); --rate R or --clear-rate")
     if not limit and not rate:
-        raise CLIError("give the limit N, --clear, --rate R (e.g. 10/s) or --clear-rate")
+        raise CLIError("give the limit N, or --clear (or --rate R, e.g. 10/s, or --clear-rate)")
     try:
         check_key(args.key, "--key")
     except ConfigurationError as exc:

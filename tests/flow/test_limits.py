@@ -131,6 +131,7 @@ def test_cli_sets_shows_and_clears_limits(target):
         "used": 3,
         "keys": {"key-0": 2},
         "keys_used": {"key-0": 2, "key-1": 1},
+        "rates": None,
     }
     assert cli(target, "queue", "limit", "celery", "--clear", "--key", "key-0")[0] == 0
     code, out, _ = cli(target, "queue", "limit", "celery", "--clear")

@@ -59,9 +59,7 @@ def test_rates_hold_across_worker_processes(target, tmp_path):
         store.set_rate(QUEUE, "1000000/h", key="unused-key")
         with app.producer_or_acquire() as producer:
             for n in range(tasks):
-                span.apply_async(
-                    (n, KEYS[n % len(KEYS)], 0.01), queue=QUEUE, producer=producer
-                )
+                span.apply_async((n, KEYS[n % len(KEYS)], 0.01), queue=QUEUE, producer=producer)
             for n in range(tasks, tasks + 4):
                 eta = time.time() + 3.0
                 etas[str(n)] = eta
