@@ -179,3 +179,41 @@ def test_the_dashboard_and_metrics_show_rates(target):
     assert 'alkstore_queue_rate_period_seconds{key="key-1",queue="celery"} 3600.0' in metrics
     assert 'alkstore_queue_rate_used{key="",queue="celery"} 3.0' in metrics
     assert 'alkstore_queue_throttled{queue="celery"} 0.0' in metrics
+
+
+def test_a_throttled_worker_does_not_claim_in_a_loop(target, monkeypatch):
+    """A thread worker on a queue at 1 claim per 2 s with jobs waiting: between its
+    first claim and the window's end it makes a few claims (on SQLite every commit to
+    the file wakes it: 8 seen), not one every few milliseconds (without rate_wait, which
+    has_due, next_due and SQLite's pre-claim probe read: 522 in 1.2 s on SQLite)."""
+    from kombu_alkstore.transport.scheduling import ClaimScheduler
+
+    claims = [0]
+    for name in ("request_claim", "claim_now"):
+        original = getattr(ClaimScheduler, name)
+
+        def counted(self, *a, _original=original, **kw):
+            claims[0] += 1
+            return _original(self, *a, **kw)
+
+        monkeypatch.setattr(ClaimScheduler, name, counted)
+    app = make_app(target, task_acks_late=True)
+    started: list[float] = []
+
+    @app.task(name="t.s", shared=False)
+    def s():
+        started.append(time.time())
+
+    with target.open() as store:
+        store.set_rate("celery", "1/2s")
+        with thread_worker(app, concurrency=2):
+            time.sleep(0.3)
+            for _ in range(3):
+                s.delay()
+            wait_for(lambda: len(started) == 1, 20, interval=0.01)
+            before = claims[0]
+            time.sleep(1.2)
+            during = claims[0] - before
+            wait_for(lambda: len(started) == 2, 20, interval=0.01)
+    assert during <= 25, f"{during} claims while the queue was throttled"
+    assert started[1] - started[0] >= 2.0 - 0.1
