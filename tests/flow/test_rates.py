@@ -134,7 +134,7 @@ def test_a_throttled_worker_is_woken_when_its_window_frees(target):
             wait_for(lambda: len(started) == 6, 20, interval=0.02)
         logged = store.claims_logged("celery")
     assert len(logged) == 6
-    gaps = [b - a for a, b in zip(logged[:-2], logged[2:])]
+    gaps = [b - a for a, b in zip(logged[:-2], logged[2:], strict=True)]
     assert min(gaps) >= 0.5  # the (i + 2)-th claim is 0.5 s after the i-th, at least
 
 
