@@ -71,3 +71,15 @@ def rates_of(raw: str | None, wait: float | None = None) -> QueueRates | None:
     return QueueRates(
         rate=stored.pop("", None), used=0, keys=stored, keys_used={}, throttled_until=wait
     )
+
+
+def max_in_window(times: list[float], period: float) -> int:
+    """The most of ``times`` (claim times, say) in any interval (s, s + ``period``]: what
+    a rate of N per ``period`` bounds by N (docs/flow-control.md "Rate limits")."""
+    times = sorted(times)
+    best = lo = 0
+    for hi, t in enumerate(times):
+        while times[lo] <= t - period:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from kombu_alkstore.store.rate_values import max_in_window
 from tests.helpers import make_app, read_record, wait_for, worker_process
 
 pytestmark = pytest.mark.timeout(300)
@@ -27,17 +28,6 @@ pytestmark = pytest.mark.timeout(300)
 APP = "tests.flow.limits_app"
 QUEUE = "rated"
 KEYS = ("tenant-a", "tenant-b", "tenant-c")
-
-
-def max_in_window(times: list[float], period: float) -> int:
-    """The most of ``times`` in any interval (s, s + period]."""
-    times = sorted(times)
-    best = lo = 0
-    for hi, t in enumerate(times):
-        while times[lo] <= t - period:
-            lo += 1
-        best = max(best, hi - lo + 1)
-    return best
 
 
 def test_rates_hold_across_worker_processes(target, tmp_path):

@@ -18,7 +18,7 @@ import pytest
 from kombu_alkstore.cli import main
 from kombu_alkstore.errors import ConfigurationError
 from kombu_alkstore.store.rates import Rate
-from tests.helpers import make_app, thread_worker, wait_for
+from tests.helpers import dashboard_pages, make_app, thread_worker, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -139,39 +139,12 @@ def test_a_throttled_worker_is_woken_when_its_window_frees(target):
 
 
 def test_the_dashboard_and_metrics_show_rates(target):
-    import socket
-    import urllib.request
-
-    import uvicorn
-
-    from kombu_alkstore.web import Config, Dashboard
-
     publish(target, 3)
     with target.open() as store:
         store.set_rate("celery", "5/m")
         store.set_rate("celery", "1/h", key="key-1")
         store.claim(["celery"], 3)
-        dash = Dashboard(store, Config(token=None, refresh=60.0, broker_url=target.broker_url))
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        server = uvicorn.Server(
-            uvicorn.Config(dash.app(), host="127.0.0.1", port=port, log_level="warning")
-        )
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        try:
-            wait_for(lambda: server.started, 15, interval=0.02)
-            dash.sampler.take()
-
-            def get(path: str) -> str:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
-                    return r.read().decode()
-
-            overview, page, metrics = get("/"), get("/queues/celery"), get("/metrics")
-        finally:
-            server.should_exit = True
-            thread.join(15)
+        overview, page, metrics = dashboard_pages(store, target, "/", "/queues/celery", "/metrics")
     assert "rate 3/5/m" in overview
     assert 'id="rates"' in page and "3 claims within the last 60 s of 5 allowed" in page
     assert "<code>key-1</code>: 1 of 1/h" in page

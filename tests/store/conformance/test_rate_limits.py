@@ -16,32 +16,10 @@ import time
 import pytest
 
 from kombu_alkstore.errors import ConfigurationError
+from kombu_alkstore.store.rate_values import max_in_window
 from kombu_alkstore.store.rates import Rate, parse_rate, parse_rates
-
-
-def body(key: str | None = None, n: int = 0) -> bytes:
-    """A kombu-like envelope carrying the limit key header (or none)."""
-    headers = {"id": f"t{n}"}
-    if key is not None:
-        headers["alkstore_limit_key"] = key
-    return json.dumps({"body": "e30=", "headers": headers, "properties": {}}).encode()
-
-
-def fill(store, queue: str, count: int, key: str | None = None) -> None:
-    for n in range(count):
-        store.enqueue(queue, body(key, n))
-
-
-def max_in_window(times: list[float], period: float) -> int:
-    """The most of ``times`` in any interval (s, s + period]."""
-    times = sorted(times)
-    best = 0
-    lo = 0
-    for hi, t in enumerate(times):
-        while times[lo] <= t - period:
-            lo += 1
-        best = max(best, hi - lo + 1)
-    return best
+from tests.store.conformance.helpers import fill
+from tests.store.conformance.helpers import keyed_body as body
 
 
 def test_a_queue_rate_caps_claims_per_period_and_acks_free_nothing(store):
