@@ -164,19 +164,22 @@ WHERE lq.name IN (SELECT value FROM json_each(:queues)) AND lq.max_claimed IS NO
   AND lq.max_claimed <= (SELECT count(*) FROM {jobs} x WHERE x.queue = lq.name
                          AND x.state = 'processing' AND x.deadline > :now)
 
--- fragment: throttled_queues
--- The queues of :queues whose rates refused every due job their last claim left, until
--- rate_wait (migration 0010): nothing of theirs can be claimed before then.
+-- fragment: blocked_queues
+-- The queues of :queues at their concurrency limit (as full_queues), or whose rates
+-- refused every due job their last claim left, until rate_wait (migration 0010):
+-- nothing of theirs can be claimed now. One probe of the queues table, as before rates.
 SELECT lq.name FROM {queues} lq
-WHERE lq.name IN (SELECT value FROM json_each(:queues)) AND lq.rate_wait > :now
+WHERE lq.name IN (SELECT value FROM json_each(:queues))
+  AND (lq.rate_wait > :now
+       OR lq.max_claimed <= (SELECT count(*) FROM {jobs} x WHERE x.queue = lq.name
+                             AND x.state = 'processing' AND x.deadline > :now))
 
 -- name: claim_probe
 -- Anything due (a lapsed claim included) that a claim may take? A read: a claim with
 -- nothing due, or only jobs of queues at their limit or throttled by a rate, takes no
 -- write lock.
 SELECT 1 AS due FROM {jobs}
-WHERE {active_queues} AND run_at <= :now AND queue NOT IN ({full_queues})
-  AND queue NOT IN ({throttled_queues}) LIMIT 1
+WHERE {active_queues} AND run_at <= :now AND queue NOT IN ({blocked_queues}) LIMIT 1
 
 -- name: take_spent
 -- The spent lapsed claims among the due jobs, out of the queue (to "bury").
