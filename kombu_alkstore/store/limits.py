@@ -195,7 +195,9 @@ class LimitStatements(Statements):
                     used=int(r["used"] or 0),
                     keys={str(k): int(v) for k, v in keys.items()},
                     keys_used=keys_used.get(r["queue"], {}),
-                    rates=self.rate_use(r["queue"], r["rate_limits"], r["rate_wait"]),
+                    rates=self.rate_use(
+                        r["queue"], r["rate_limits"], r["rate_wait"], r["rate_throttles"]
+                    ),
                 )
             )
         return found

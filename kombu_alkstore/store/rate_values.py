@@ -33,13 +33,15 @@ class QueueRates:
     key) and ``keys_used`` the claims within each one's period (for ``"*"``, the busiest
     key without an entry of its own); ``throttled_until``: the time before which nothing
     due in the queue can be claimed (its last claim found every due job refused by a
-    rate), or None."""
+    rate), or None; ``throttles``: how many times a claim found every due job refused by
+    a rate (the queue throttled anew), since the queue's row was made."""
 
     rate: Rate | None
     used: int
     keys: dict[str, Rate]
     keys_used: dict[str, int]
     throttled_until: float | None = None
+    throttles: int = 0
 
     def with_use(self, used: Mapping[str, int]) -> QueueRates:
         """These rates with their use: ``used`` by key, ``""`` the queue's rate's."""
@@ -49,6 +51,7 @@ class QueueRates:
             keys=dict(self.keys),
             keys_used={k: int(used.get(k, 0)) for k in self.keys},
             throttled_until=self.throttled_until,
+            throttles=self.throttles,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -59,17 +62,23 @@ class QueueRates:
             "keys": {k: str(r) for k, r in self.keys.items()},
             "keys_used": dict(self.keys_used),
             "throttled_until": self.throttled_until,
+            "throttles": self.throttles,
         }
 
 
-def rates_of(raw: str | None, wait: float | None = None) -> QueueRates | None:
-    """A queue's stored ``rate_limits`` JSON (and ``rate_wait``) as :class:`QueueRates`
-    with no use counted yet; None without any rate."""
+def rates_of(raw: str | None, wait: float | None = None, throttles: int = 0) -> QueueRates | None:
+    """A queue's stored ``rate_limits`` JSON (and ``rate_wait``, ``rate_throttles``) as
+    :class:`QueueRates` with no use counted yet; None without any rate."""
     if not raw:
         return None
     stored = {str(k): Rate(int(v[0]), float(v[1])) for k, v in json.loads(raw).items()}
     return QueueRates(
-        rate=stored.pop("", None), used=0, keys=stored, keys_used={}, throttled_until=wait
+        rate=stored.pop("", None),
+        used=0,
+        keys=stored,
+        keys_used={},
+        throttled_until=wait,
+        throttles=int(throttles or 0),
     )
 
 

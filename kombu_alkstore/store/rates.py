@@ -139,13 +139,16 @@ class RateStatements(Statements):
         validate_name(queue, "queue name")
         return [float(r["at"]) for r in self._all("rate_log_times", {"queue": queue})]
 
-    def rate_use(self, queue: str, raw: str | None, wait: float | None = None) -> QueueRates | None:
-        """``queue``'s rates (its stored ``rate_limits``, ``raw``, and ``rate_wait``) and
+    def rate_use(
+        self, queue: str, raw: str | None, wait: float | None = None, throttles: int = 0
+    ) -> QueueRates | None:
+        """``queue``'s rates (its stored ``rate_limits``, ``raw``, ``rate_wait`` and
+        ``rate_throttles``) and
         the claims within each one's period now (``"*"``: the busiest key without a rate
         of its own); None without any rate. One short count per rate."""
         if wait is not None and wait <= self.now():
             wait = None  # a past wait throttles nothing
-        rates = rates_of(raw, wait)
+        rates = rates_of(raw, wait, throttles)
         if rates is None:
             return None
         used = {}

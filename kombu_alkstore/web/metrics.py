@@ -106,6 +106,11 @@ def _rates(snap: Snapshot) -> Iterator:
         "1 if every due job of the queue waits for a rate's window, else 0",
         labels=["queue"],
     )
+    throttles = CounterMetricFamily(
+        "alkstore_queue_rate_throttled",
+        "Throttled claims: times a claim found every due job of the queue refused by a rate",
+        labels=["queue"],
+    )
     for q in snap.limits.values():
         r = q.rates
         if r is None:
@@ -118,7 +123,8 @@ def _rates(snap: Snapshot) -> Iterator:
             period.add_metric([q.queue, key], each.per)
             used.add_metric([q.queue, key], n)
         throttled.add_metric([q.queue], 1.0 if r.throttled_until is not None else 0.0)
-    yield from (rate, period, used, throttled)
+        throttles.add_metric([q.queue], r.throttles)
+    yield from (rate, period, used, throttled, throttles)
 
 
 def _vacuum(snap: Snapshot) -> Iterator:

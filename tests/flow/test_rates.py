@@ -59,7 +59,7 @@ def test_cli_sets_shows_and_clears_rates(target):
     rates = json.loads(out)[0]["limits"]["rates"]
     assert rates["rate"] == "10/s" and rates["used"] == 2
     assert rates["keys"] == {"*": "1/m"} and rates["keys_used"] == {"*": 1}
-    assert rates["throttled_until"] > time.time()
+    assert rates["throttled_until"] > time.time() and rates["throttles"] == 1
     code, out, _ = cli(target, "queue", "limit", "celery", "--clear-rate", "--key", "*")
     assert code == 0 and out.splitlines()[0] == "queue 'celery' key '*': no rate"
     code, out, _ = cli(target, "queue", "limit", "celery", "3", "--clear-rate")
@@ -152,6 +152,7 @@ def test_the_dashboard_and_metrics_show_rates(target):
     assert 'alkstore_queue_rate_period_seconds{key="key-1",queue="celery"} 3600.0' in metrics
     assert 'alkstore_queue_rate_used{key="",queue="celery"} 3.0' in metrics
     assert 'alkstore_queue_throttled{queue="celery"} 0.0' in metrics
+    assert 'alkstore_queue_rate_throttled_total{queue="celery"} 0.0' in metrics
 
 
 def test_a_throttled_worker_does_not_claim_in_a_loop(target, monkeypatch):

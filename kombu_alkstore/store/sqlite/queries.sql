@@ -795,6 +795,7 @@ RETURNING name
 -- name: limits_list
 -- Every queue with a limit and its live claims (QueueLimit rows, store/limits.py).
 SELECT lq.name AS queue, lq.max_claimed, lq.key_limits, lq.rate_limits, lq.rate_wait,
+       lq.rate_throttles,
        (SELECT count(*) FROM {jobs} j
         WHERE j.queue = lq.name AND j.state = 'processing' AND j.deadline > :now) AS used
 FROM {queues} lq WHERE {has_limit} ORDER BY lq.name
@@ -918,7 +919,10 @@ throttle AS (
   FROM blocked b GROUP BY b.queue
   HAVING min(b.q_free IS NOT NULL OR b.k_free IS NOT NULL) = 1
 )
-UPDATE {queues} SET rate_wait = (SELECT t.until FROM throttle t WHERE t.queue = name)
+UPDATE {queues}
+SET rate_wait = (SELECT t.until FROM throttle t WHERE t.queue = name),
+    rate_throttles = rate_throttles
+                     + ((SELECT t.until FROM throttle t WHERE t.queue = name) IS NOT NULL)
 WHERE name IN (SELECT name FROM lim)
   AND rate_wait IS NOT (SELECT t.until FROM throttle t WHERE t.queue = name)
 

@@ -110,6 +110,7 @@ def test_a_delayed_job_is_not_made_early_and_throttling_tells_the_due_checks(sto
     now = store.now()
     assert len(store.claim(["q"], limit=5)) == 1
     assert store.claim(["q"], limit=5) == []  # the second is refused by the rate
+    assert store.limits()[0].rates.throttles == 1
     # throttled: nothing due for a claim; the delayed job keeps its own time (not later)
     assert store.has_due(["q"]) is False
     due = store.next_due(["q"])

@@ -8,13 +8,18 @@
 -- queue's longest period. queues.rate_wait is the time before which nothing due in the
 -- queue can be claimed (every due job the last claim left was refused by a rate), or
 -- NULL: has_due and next_due read it, so a throttled queue's consumers do not claim in
--- a loop. A queue without a rate pays nothing: its claim does not call limited_due.
+-- a loop; queues.rate_throttles counts the times it was set. A queue without a rate pays nothing: its claim does not call limited_due.
 
 -- name: queues_rate_limits
 ALTER TABLE {queues} ADD COLUMN IF NOT EXISTS rate_limits TEXT
 
 -- name: queues_rate_wait
 ALTER TABLE {queues} ADD COLUMN IF NOT EXISTS rate_wait DOUBLE PRECISION
+
+-- name: queues_rate_throttles
+-- How many times a claim found every due job of the queue refused by a rate and set a
+-- new rate_wait (the throttled claims of /metrics).
+ALTER TABLE {queues} ADD COLUMN IF NOT EXISTS rate_throttles BIGINT NOT NULL DEFAULT 0
 
 -- name: claim_log
 CREATE TABLE IF NOT EXISTS {claim_log} (
@@ -190,7 +195,9 @@ BEGIN
     GROUP BY b.queue HAVING bool_and(b.q_free IS NOT NULL OR b.k_free IS NOT NULL)
   ),
   waits AS (
-    UPDATE {queues} wq SET rate_wait = w.until
+    UPDATE {queues} wq
+    SET rate_wait = w.until,
+        rate_throttles = wq.rate_throttles + CASE WHEN w.until IS NULL THEN 0 ELSE 1 END
     FROM (SELECT l.name, th.until FROM lim l LEFT JOIN throttle th ON th.queue = l.name
           WHERE l.rl IS NOT NULL) w
     WHERE wq.name = w.name AND wq.rate_wait IS DISTINCT FROM w.until
