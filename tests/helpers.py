@@ -253,3 +253,14 @@ def dashboard_pages(store, target, *paths: str) -> list[str]:
     finally:
         server.should_exit = True
         thread.join(15)
+
+
+def cli(target, *argv: str) -> tuple[int, str, str]:
+    """``kombu-alkstore`` on ``target``'s store, in this process: (code, out, err)."""
+    import io
+
+    from kombu_alkstore.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["-b", target.broker_url, "--schema", target.schema, *argv], out=out, err=err)
+    return code, out.getvalue(), err.getvalue()

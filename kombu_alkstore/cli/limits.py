@@ -39,7 +39,8 @@ def _rate(text: str) -> Rate:
 
 
 def _check_choice(args: argparse.Namespace) -> None:
-    """One change per call: N, --clear, --rate or --clear-rate (N with --rate is two)."""
+    """At least one of N, --clear, --rate R, --clear-rate; not N with --clear, nor --rate
+    with --clear-rate; a valid --key."""
     limit = args.n is not None or args.clear
     rate = args.rate is not None or args.clear_rate
     if (args.n is not None and args.clear) or (args.rate is not None and args.clear_rate):

@@ -7,27 +7,19 @@ processes, tests/flow/test_limits_processes.py.
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 import time
 
 import pytest
 
-from kombu_alkstore.cli import main
 from kombu_alkstore.errors import ConfigurationError
 from kombu_alkstore.store.limits import limit_key_of
-from tests.helpers import dashboard_pages, make_app, thread_worker, wait_for
+from tests.helpers import cli, dashboard_pages, make_app, thread_worker, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
 KEY = "alkstore_limit_key"
-
-
-def cli(target, *argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(["-b", target.broker_url, "--schema", target.schema, *argv], out=out, err=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_the_key_comes_from_the_header_the_option_or_the_task_default(target):
