@@ -1,14 +1,19 @@
-"""Drain with a concurrency limit against none (issue 32).
+"""Drain with a concurrency limit, and with a rate limit, against none (issue 32).
 
     python benchmarks/limits_drain.py [--tasks 2000] [--sleep 0.01] [--workers 4]
                                       [--concurrency 4] [--limit 8] [--engine postgresql]
+                                      [--rate 200/s]
 
 Publishes ``--tasks`` tasks (each sleeps ``--sleep`` s, acks_late, prefetch 1) to queue
 ``celery``, then starts ``--workers`` ``celery worker`` processes (threads pool,
 ``--concurrency`` each) and times the drain, once with no limit and once with
 ``queue limit celery --limit``, in a private schema (PostgreSQL) or file (SQLite).
 With 4 workers of 4 threads and tasks of 10 ms, no limit runs 16 at once and a limit of 8
-at most 8: the ideal drain with a limit is half the tasks' work time per slot count. A
+at most 8: the ideal drain with a limit is half the tasks' work time per slot count.
+With ``--rate R`` a third drain runs under that rate (``queue limit celery --rate R``): its
+ideal is tasks / N periods; it prints the most claims the store logged in any period
+(never above N) and how long after its window freed each throttled claim came (the
+(i + N)-th claim's distance from the i-th, less the period: the wake-up's lateness). A
 measurement, not an assertion.
 """
 
@@ -24,11 +29,30 @@ import time
 import uuid
 from pathlib import Path
 
+from kombu_alkstore.store.rate_values import max_in_window
+from kombu_alkstore.store.rates import parse_rate
+
 ROOT = Path(__file__).resolve().parent.parent
 PG = os.environ.get("ALKSTORE_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
 
-def drain(args: argparse.Namespace, url: str, limit: int | None) -> float:
+def window_stats(logged: list[float], n: int, per: float) -> str:
+    """The most claims in any (s, s + per], and the lateness of the throttled claims:
+    of each (i + n)-th claim whose distance from the i-th is within 0.5 period of the
+    period (so the rate held it back), that distance less the period."""
+    times = sorted(logged)
+    most = max_in_window(times, per)
+    late = sorted(b - a - per for a, b in zip(times, times[n:], strict=False) if b - a < 1.5 * per)
+    if not late:
+        return f"most in a period {most}/{n}; no throttled claim"
+    pick = [late[int(q * (len(late) - 1))] * 1000 for q in (0.5, 0.9, 1.0)]
+    return (
+        f"most in a period {most}/{n}; throttled claims after their window freed: "
+        f"p50 {pick[0]:.1f} ms, p90 {pick[1]:.1f} ms, max {pick[2]:.1f} ms ({len(late)})"
+    )
+
+
+def drain(args: argparse.Namespace, url: str, limit: int | None, rate: str | None = None) -> float:
     """Seconds from the workers' start to an empty queue."""
     from kombu_alkstore.store import open_store
 
@@ -51,6 +75,9 @@ def drain(args: argparse.Namespace, url: str, limit: int | None) -> float:
                 producer_app.send_task("bench.work", (args.sleep,), producer=producer)
         if limit is not None:
             store.set_limit("celery", limit)
+        if rate is not None:
+            store.set_rate("celery", rate)
+            store.set_rate("celery", "1000000/h", key="unused")  # the log keeps every claim
         began = time.monotonic()
         for n in range(args.workers):
             cmd = [sys.executable, "-m", "celery", "-A", "benchmarks.limits_app", "worker"]
@@ -76,7 +103,11 @@ def drain(args: argparse.Namespace, url: str, limit: int | None) -> float:
                 raise RuntimeError("the drain took over 600 s")
             time.sleep(0.05)
         took = time.monotonic() - began
-        print(f"  limit {limit}: drained {args.tasks} in {took:.2f} s, peak claimed {peak}")
+        what = f"rate {rate}" if rate is not None else f"limit {limit}"
+        print(f"  {what}: drained {args.tasks} in {took:.2f} s, peak claimed {peak}")
+        if rate is not None:
+            r = parse_rate(rate)
+            print(f"    {window_stats(store.claims_logged('celery'), r.n, r.per)}")
         return took
     finally:
         for proc in procs:
@@ -104,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--limit", type=int, default=8)
     p.add_argument("--engine", choices=("postgresql", "sqlite"), default="postgresql")
+    p.add_argument("--rate", help="also drain under this rate (e.g. 200/s)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         url = PG if args.engine == "postgresql" else f"sqlite:///{tmp}/bench.db"
@@ -115,7 +147,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.engine == "sqlite":
             url = f"sqlite:///{tmp}/bench2.db"
         limited = drain(args, url, args.limit)
+        if args.rate:
+            if args.engine == "sqlite":
+                url = f"sqlite:///{tmp}/bench3.db"
+            r = parse_rate(args.rate)
+            rated = drain(args, url, None, args.rate)
     print(f"  with the limit: {limited / free:.2f}x the time of no limit")
+    if args.rate:
+        ideal = args.tasks / r.n * r.per
+        print(f"  with the rate: {rated:.2f} s, ideal {ideal:.2f} s (tasks / N periods)")
     return 0
 
 

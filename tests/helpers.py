@@ -220,3 +220,47 @@ def run_until(hub, predicate: Callable[[], object], timeout: float = 10) -> None
     while not predicate():
         assert time.monotonic() < deadline, "condition not met in the loop"
         hub.run_once()
+
+
+def dashboard_pages(store, target, *paths: str) -> list[str]:
+    """Serve the dashboard of ``store`` on a free local port, take one sample, and
+    return the pages at ``paths`` (the server stopped after)."""
+    import socket
+    import threading
+    import urllib.request
+
+    import uvicorn
+
+    from kombu_alkstore.web import Config, Dashboard
+
+    dash = Dashboard(store, Config(token=None, refresh=60.0, broker_url=target.broker_url))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(dash.app(), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, 15, interval=0.02)
+        dash.sampler.take()
+        pages = []
+        for path in paths:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+                pages.append(r.read().decode())
+        return pages
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+def cli(target, *argv: str) -> tuple[int, str, str]:
+    """``kombu-alkstore`` on ``target``'s store, in this process: (code, out, err)."""
+    import io
+
+    from kombu_alkstore.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["-b", target.broker_url, "--schema", target.schema, *argv], out=out, err=err)
+    return code, out.getvalue(), err.getvalue()

@@ -1,5 +1,6 @@
 """``queue limit NAME N [--key K]`` / ``queue limit NAME --clear [--key K]``: a queue's
-concurrency limit at run time (docs/flow-control.md), and how status shows limits."""
+concurrency limit at run time; ``queue limit NAME --rate 10/s [--key K]`` /
+``--clear-rate``: its rate limit (docs/flow-control.md); and how status shows them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any, TextIO
 
 from ..errors import ConfigurationError
 from ..store.limits import EVERY_KEY, QueueLimit, check_key, check_limit
+from ..store.rate_values import QueueRates, Rate
+from ..store.rates import parse_rate
 from .connection import open_cli_store
 from .errors import CLIError
 
@@ -26,16 +29,35 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def cmd_limit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """Set or clear the limit, then print the queue's limits and their use. A queue the
-    store does not know (never declared, no messages) is refused: a typo would otherwise
-    limit nothing."""
-    if (args.n is None) == (not args.clear):
-        raise CLIError("give the limit N, or --clear (not both)")
+def _rate(text: str) -> Rate:
+    """The ``--rate`` of ``queue limit``: ``N/s``, ``N/m``, ``N/h``, ``N/d`` or
+    ``N/<seconds>s``, else a one-line usage error."""
+    try:
+        return parse_rate(text, "--rate")
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _check_choice(args: argparse.Namespace) -> None:
+    """At least one of N, --clear, --rate R, --clear-rate; not N with --clear, nor --rate
+    with --clear-rate; a valid --key."""
+    limit = args.n is not None or args.clear
+    rate = args.rate is not None or args.clear_rate
+    if (args.n is not None and args.clear) or (args.rate is not None and args.clear_rate):
+        raise CLIError("give the limit N, or --clear (not both); --rate R or --clear-rate")
+    if not limit and not rate:
+        raise CLIError("give the limit N, or --clear (or --rate R, e.g. 10/s, or --clear-rate)")
     try:
         check_key(args.key, "--key")
     except ConfigurationError as exc:
         raise CLIError(str(exc)) from None
+
+
+def cmd_limit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Set or clear the limit and/or the rate, then print the queue's limits and their
+    use. A queue the store does not know (never declared, no messages) is refused: a
+    typo would otherwise limit nothing."""
+    _check_choice(args)
     store = open_cli_store(args)
     try:
         if not store.knows_queue(args.name, paused=False):
@@ -46,18 +68,26 @@ def cmd_limit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         what = f"queue {args.name!r}" + (f" key {args.key!r}" if args.key else "")
         if args.clear:
             store.clear_limit(args.name, args.key)
-        else:
+        elif args.n is not None:
             store.set_limit(args.name, args.n, args.key)
+        if args.clear_rate:
+            store.clear_rate(args.name, args.key)
+        elif args.rate is not None:
+            store.set_rate(args.name, args.rate, args.key)
         now = [q for q in store.limits() if q.queue == args.name]
-        if not args.clear:
+        if args.rate is not None:
+            out.write(f"{what}: at most {rate_text(args.rate)}\n")
+        elif args.clear_rate:
+            out.write(f"{what}: no rate\n")
+        if args.n is not None:
             out.write(f"{what}: at most {args.n} claimed at once\n")
-        elif args.key is None and now and now[0].keys:
+        elif args.clear and args.key is None and now and now[0].keys:
             keys = ", ".join(repr(k) for k in now[0].keys)
             out.write(
                 f"{what}: no queue-wide limit; its per-key limits stay ({keys}: "
                 "--clear --key K clears one)\n"
             )
-        else:
+        elif args.clear:
             out.write(f"{what}: no limit\n")
         for limit in now:
             out.write(describe(limit) + "\n")
@@ -71,8 +101,19 @@ def used_text(used: int, limit: int | None) -> str:
     return str(used) if limit is None else f"{used}/{limit}"
 
 
+def rate_text(rate: Rate) -> str:
+    """``10 claims per 1 s`` (what ``--rate 10/s`` means, said in full)."""
+    return f"{rate.n} claims per {rate.per:g} s"
+
+
+def rate_used_text(used: int, rate: Rate) -> str:
+    """``3/10 per 1s``: 3 claims within the last period of a rate of 10 per second."""
+    return f"{used}/{rate.n} per {rate.per:g}s"
+
+
 def describe(limit: QueueLimit) -> str:
-    """One line: the queue's claims against its limit and each per-key limit."""
+    """One line: the queue's claims against its limit and each per-key limit, then its
+    claims within each rate's period."""
     parts = [f"{limit.queue}: claimed {used_text(limit.used, limit.limit)}"]
     for key, n in sorted(limit.keys.items()):
         if key == EVERY_KEY:
@@ -80,7 +121,31 @@ def describe(limit: QueueLimit) -> str:
             parts.append(f"each key at most {n} (busiest {busiest})")
         else:
             parts.append(f"key {key!r} {used_text(limit.keys_used.get(key, 0), n)}")
+    if limit.rates is not None:
+        parts.extend(_describe_rates(limit.rates))
     return "; ".join(parts)
+
+
+def _describe_rates(rates: QueueRates) -> list[str]:
+    parts = []
+    if rates.rate is not None:
+        parts.append(f"rate {rate_used_text(rates.used, rates.rate)}")
+    for key, rate in sorted(rates.keys.items()):
+        used = rates.keys_used.get(key, 0)
+        if key == EVERY_KEY:
+            parts.append(f"each key at most {rate} (busiest {used})")
+        else:
+            parts.append(f"key {key!r} rate {rate_used_text(used, rate)}")
+    if rates.throttled_until is not None:
+        parts.append(f"throttled until {fmt_clock(rates.throttled_until)}")
+    return parts
+
+
+def fmt_clock(at: float) -> str:
+    """An epoch time as the local ``HH:MM:SS.s``."""
+    from datetime import datetime
+
+    return datetime.fromtimestamp(at).astimezone().strftime("%H:%M:%S.%f")[:-5]
 
 
 def add_parser(qsub: Any, common: argparse.ArgumentParser) -> None:
@@ -98,4 +163,11 @@ def add_parser(qsub: Any, common: argparse.ArgumentParser) -> None:
         help=f"the limit of one limit key (alkstore_limit_key); {EVERY_KEY!r}: of every key",
     )
     p.add_argument("--clear", action="store_true", help="remove the limit")
+    p.add_argument(
+        "--rate",
+        metavar="R",
+        type=_rate,
+        help="at most R claims per period, every worker: 10/s, 100/m, 1000/h, 5/30s",
+    )
+    p.add_argument("--clear-rate", action="store_true", help="remove the rate")
     p.set_defaults(func=cmd_limit)

@@ -16,7 +16,7 @@ from ..present.vacuum import HORIZON_AGE, vacuum_warnings
 from ..store import QueueCounts, Store
 from .arguments import non_negative, positive
 from .connection import open_cli_store
-from .limits import describe, used_text
+from .limits import describe, rate_used_text, used_text
 from .output import table
 
 #: How the status output says a paused queue is resumed.
@@ -79,7 +79,9 @@ def render_status(
                     **asdict(c),
                     "paused": c.queue in paused,
                     "paused_at": paused.get(c.queue),
-                    # {"limit", "used", "keys", "keys_used"}, or null without a limit
+                    # {"limit", "used", "keys", "keys_used", "rates"}, or null without a
+                    # limit; "rates": {"rate", "used", "keys", "keys_used",
+                    # "throttled_until"} or null
                     "limits": limits[c.queue].as_dict() if c.queue in limits else None,
                 }
                 for c in counts
@@ -122,11 +124,19 @@ def render_status(
         for row in rows:
             q = limits.get(row[0])
             row.append("-" if q is None or q.limit is None else used_text(q.used, q.limit))
+    rated = [q.rates for q in shown if q.rates is not None and q.rates.rate is not None]
+    if rated:
+        # The queue's claims within its rate's period: "3/10 per 1s"; "-" without one.
+        headers.append("RATE")
+        for row in rows:
+            q = limits.get(row[0])
+            r = None if q is None else q.rates
+            row.append("-" if r is None or r.rate is None else rate_used_text(r.used, r.rate))
     body = table(rows, headers, right=(1, 2, 3, 4, 5))
     if paused:
         body += f"\npaused: claims stopped, publishes still land (resume: {RESUME_HINT})"
     for q in shown:
-        if q.keys:
+        if q.keys or (q.rates is not None and (q.rates.keys or q.rates.throttled_until)):
             body += f"\nlimits: {describe(q)}"
     return f"{head}\n{body}{warnings}"
 

@@ -31,6 +31,7 @@ from .claims import ClaimSession
 from .health import HealthReads
 from .limits import LimitStatements, limit_key_of
 from .options import StoreOptions, StoreURL, validate_name
+from .rates import RateStatements
 from .reads import DashboardReads
 from .schedules import ScheduleStatements
 from .schema import build_tables, ddl_statements
@@ -54,7 +55,9 @@ def _handles(deliveries: Iterable[Delivery]) -> list[Delivery]:
     return list(deliveries)
 
 
-class Store(DashboardReads, HealthReads, LimitStatements, ScheduleStatements, Statements):
+class Store(
+    DashboardReads, HealthReads, LimitStatements, RateStatements, ScheduleStatements, Statements
+):
     """Queue tables on one database. Thread-safe; one instance per process is enough.
 
     An engine is a package under ``store/`` (``postgres/``, ``sqlite/``) implementing the
@@ -64,6 +67,7 @@ class Store(DashboardReads, HealthReads, LimitStatements, ScheduleStatements, St
     :attr:`connection_errors`; none of them tests the engine's name or imports its
     driver. Its parts: :class:`~.reads.DashboardReads` (pause, the dashboard's reads),
     :class:`~.limits.LimitStatements` (concurrency limits),
+    :class:`~.rates.RateStatements` (rate limits),
     :class:`~.schedules.ScheduleStatements` (the beat's table), on
     :class:`~.statements.Statements` (the statement primitives).
     """

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from .options import validate_name
+from .rate_values import QueueRates
 from .statements import Statements
 
 #: The message header carrying a publish's limit key.
@@ -91,13 +92,15 @@ def limit_key_of(body: bytes | bytearray | memoryview) -> str | None:
 class QueueLimit:
     """A queue's limits and their use now: ``limit`` (None: no queue-wide one) against
     ``used`` live claims; ``keys`` each per-key limit (``"*"``: every other key) and
-    ``keys_used`` the live claims of each key that has any."""
+    ``keys_used`` the live claims of each key that has any; ``rates`` its rate limits
+    and their use (:mod:`.rates`), None without any."""
 
     queue: str
     limit: int | None
     used: int
     keys: dict[str, int] = field(default_factory=dict)
     keys_used: dict[str, int] = field(default_factory=dict)
+    rates: QueueRates | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form (``status --json``, the dashboard)."""
@@ -107,12 +110,15 @@ class QueueLimit:
             "used": self.used,
             "keys": dict(self.keys),
             "keys_used": dict(self.keys_used),
+            "rates": None if self.rates is None else self.rates.as_dict(),
         }
 
 
 def parse_limits(raw: Any, option: str = "limits") -> dict[str, dict[str | None, int]]:
     """The ``limits`` transport option: ``{queue: N}`` or ``{queue: {"limit": N,
-    "keys": {key: M, "*": M}}}`` as ``{queue: {None: N, key: M}}``; refused by name."""
+    "keys": {key: M, "*": M}}}`` as ``{queue: {None: N, key: M}}``; refused by name.
+    A queue with only rates (``"rate"``, ``"key_rates"``: :func:`.rates.parse_rates`)
+    has an empty entry here."""
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
@@ -126,10 +132,11 @@ def parse_limits(raw: Any, option: str = "limits") -> dict[str, dict[str | None,
         if not isinstance(spec, Mapping):
             parsed[queue] = {None: check_limit(spec, where)}
             continue
-        unknown = set(spec) - {"limit", "keys"}
+        unknown = set(spec) - {"limit", "keys", "rate", "key_rates"}
         if unknown:
             raise ConfigurationError(
-                f"{where}: unknown entries {sorted(unknown)}; use 'limit' and 'keys'"
+                f"{where}: unknown entries {sorted(unknown)}; use 'limit', 'keys', "
+                "'rate' and 'key_rates'"
             )
         entry: dict[str | None, int] = {}
         if spec.get("limit") is not None:
@@ -145,6 +152,8 @@ def parse_limits(raw: Any, option: str = "limits") -> dict[str, dict[str | None,
 
 
 class LimitStatements(Statements):
+    rate_use: Any  # RateStatements.rate_use (the same Store)
+
     """Setting and reading concurrency limits, a part of :class:`~.interface.Store`."""
 
     def set_limit(self, queue: str, limit: int, key: str | None = None) -> None:
@@ -171,7 +180,8 @@ class LimitStatements(Statements):
                 self.set_limit(queue, n, key)
 
     def limits(self) -> list[QueueLimit]:
-        """Every queue with a limit, and its use now (live claims), by queue name."""
+        """Every queue with a limit or a rate, and its use now (live claims, claims
+        within each rate's period), by queue name."""
         keys_used: dict[str, dict[str, int]] = {}
         for r in self._all("limit_keys_used"):
             keys_used.setdefault(r["queue"], {})[r["limit_key"]] = int(r["used"])
@@ -185,6 +195,9 @@ class LimitStatements(Statements):
                     used=int(r["used"] or 0),
                     keys={str(k): int(v) for k, v in keys.items()},
                     keys_used=keys_used.get(r["queue"], {}),
+                    rates=self.rate_use(
+                        r["queue"], r["rate_limits"], r["rate_wait"], r["rate_throttles"]
+                    ),
                 )
             )
         return found

@@ -25,7 +25,9 @@ from .options import validate_identifier
 #: their own, so that recording one locks no job row); 6: jobs.unique_key,
 #: jobs.unique_claimed and the partial unique index jobs_unique (unique tasks); 7:
 #: concurrency limits (queues.max_claimed, key_limits, jobs.limit_key); 8: acts, the
-#: operators' acts on record (append-only, store/acts.py).
+#: operators' acts on record (append-only, store/acts.py); 9: a lapsed claim in a
+#: heartbeat's hands keeps its limited slot (PostgreSQL); 10: rate limits
+#: (queues.rate_limits, queues.rate_wait, claim_log).
 SCHEMA_VERSION = max(LATEST.values())
 if set(LATEST.values()) != {SCHEMA_VERSION}:  # a packaging defect
     raise RuntimeError(f"the engines' migrations end at different versions: {LATEST}")
@@ -65,6 +67,7 @@ class Tables:
     chord_parts: Table
     revokes: Table
     acts: Table
+    claim_log: Table
 
     def all(self) -> tuple[Table, ...]:
         return tuple(getattr(self, f.name) for f in fields(self))

@@ -9,6 +9,7 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..store.limits import parse_limits
 from ..store.options import StoreOptions, coerce_option, is_finite_number
+from ..store.rates import parse_rates
 from ..tables.spec import parse_tables
 
 #: The shortest visibility timeout a transport accepts (seconds): a claim must outlive the
@@ -45,7 +46,7 @@ _INSTEAD = {
 
 
 #: Transport options that are not numbers (parsed on their own).
-_NOT_NUMBERS = frozenset({"limits", "tables"})
+_NOT_NUMBERS = frozenset({"limits", "rates", "tables"})
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,9 @@ class TransportOptions:
     #: ``{queue: N}`` or ``{queue: {"limit": N, "keys": {key: M, "*": M}}}``, parsed by
     #: :func:`kombu_alkstore.store.limits.parse_limits` (docs/flow-control.md).
     limits: Any = None
+    #: The rates of the ``limits`` option (``"rate"``, ``"key_rates"``), parsed by
+    #: :func:`kombu_alkstore.store.rates.parse_rates` (not an option of its own).
+    rates: Any = None
     #: Tables of the service's own read as queues: ``{queue: {"table": ..., "task": ...,
     #: "columns": {role: column}, ...}}``, parsed by
     #: :func:`kombu_alkstore.tables.spec.parse_tables` (docs/tables.md).
@@ -105,7 +109,7 @@ def parse_transport_options(raw: dict[str, Any] | None) -> tuple[StoreOptions, T
     a warning naming it (it may belong to another transport the app also uses).
     """
     raw = dict(raw or {})
-    mine = {f.name: f.default for f in fields(TransportOptions)}
+    mine = {f.name: f.default for f in fields(TransportOptions) if f.name != "rates"}
     store_names = StoreOptions.names()
     for key in raw:
         if key not in mine and key not in store_names and key not in _FOREIGN:
@@ -122,6 +126,7 @@ def parse_transport_options(raw: dict[str, Any] | None) -> tuple[StoreOptions, T
     kwargs: dict[str, Any] = {}
     if raw.get("limits") is not None:
         kwargs["limits"] = parse_limits(raw["limits"], "transport option limits")
+        kwargs["rates"] = parse_rates(raw["limits"], "transport option limits")
     if raw.get("tables") is not None:
         kwargs["tables"] = parse_tables(raw["tables"])
     for name, default in mine.items():

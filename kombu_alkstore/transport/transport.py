@@ -139,6 +139,8 @@ class Transport(virtual.Transport):
             self.routing = RoutingCache.for_store(store)
             if self.options.limits:  # written by every connection that carries them
                 store.apply_limits(self.options.limits)
+            if self.options.rates:
+                store.apply_rates(self.options.rates)
             try:  # table queues: checked against their tables, refused naming a column
                 self.store = route_tables(store, self.options.tables)
             except BaseException:

@@ -80,7 +80,51 @@ class StoreCollector(Collector):
             for key, n in q.keys_used.items():
                 used.add_metric([q.queue, key], n)
         yield from (depth, dead, oldest, paused, published, acked, age, up, limit, used)
+        yield from _rates(snap)
         yield from _vacuum(snap)
+
+
+def _rates(snap: Snapshot) -> Iterator:
+    """Each rate limit (claims per period), its use within the period, and whether the
+    queue is throttled now (docs/flow-control.md "Rate limits")."""
+    rate = GaugeMetricFamily(
+        "alkstore_queue_rate_limit",
+        "Rate limit: most claims in any period (key empty: the whole queue; '*': each key "
+        "without its own)",
+        labels=["queue", "key"],
+    )
+    period = GaugeMetricFamily(
+        "alkstore_queue_rate_period_seconds", "The period of a rate limit", labels=["queue", "key"]
+    )
+    used = GaugeMetricFamily(
+        "alkstore_queue_rate_used",
+        "Claims within the rate's last period ('*': of the busiest key without its own)",
+        labels=["queue", "key"],
+    )
+    throttled = GaugeMetricFamily(
+        "alkstore_queue_throttled",
+        "1 if every due job of the queue waits for a rate's window, else 0",
+        labels=["queue"],
+    )
+    throttles = CounterMetricFamily(
+        "alkstore_queue_rate_throttled",
+        "Throttled claims: times a claim found every due job of the queue refused by a rate",
+        labels=["queue"],
+    )
+    for q in snap.limits.values():
+        r = q.rates
+        if r is None:
+            continue
+        entries = ([("", r.rate, r.used)] if r.rate is not None else []) + [
+            (key, each, r.keys_used.get(key, 0)) for key, each in r.keys.items()
+        ]
+        for key, each, n in entries:
+            rate.add_metric([q.queue, key], each.n)
+            period.add_metric([q.queue, key], each.per)
+            used.add_metric([q.queue, key], n)
+        throttled.add_metric([q.queue], 1.0 if r.throttled_until is not None else 0.0)
+        throttles.add_metric([q.queue], r.throttles)
+    yield from (rate, period, used, throttled, throttles)
 
 
 def _vacuum(snap: Snapshot) -> Iterator:

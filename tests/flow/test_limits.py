@@ -7,27 +7,19 @@ processes, tests/flow/test_limits_processes.py.
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 import time
 
 import pytest
 
-from kombu_alkstore.cli import main
 from kombu_alkstore.errors import ConfigurationError
 from kombu_alkstore.store.limits import limit_key_of
-from tests.helpers import make_app, thread_worker, wait_for
+from tests.helpers import cli, dashboard_pages, make_app, thread_worker, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
 KEY = "alkstore_limit_key"
-
-
-def cli(target, *argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(["-b", target.broker_url, "--schema", target.schema, *argv], out=out, err=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_the_key_comes_from_the_header_the_option_or_the_task_default(target):
@@ -131,6 +123,7 @@ def test_cli_sets_shows_and_clears_limits(target):
         "used": 3,
         "keys": {"key-0": 2},
         "keys_used": {"key-0": 2, "key-1": 1},
+        "rates": None,
     }
     assert cli(target, "queue", "limit", "celery", "--clear", "--key", "key-0")[0] == 0
     code, out, _ = cli(target, "queue", "limit", "celery", "--clear")
@@ -184,13 +177,6 @@ def test_the_transport_option_refuses_a_bad_limit_by_name(target):
 
 
 def test_the_dashboard_and_metrics_show_limits(target):
-    import socket
-    import urllib.request
-
-    import uvicorn
-
-    from kombu_alkstore.web import Config, Dashboard
-
     app = make_app(target)
 
     @app.task(name="t.d", shared=False)
@@ -203,27 +189,7 @@ def test_the_dashboard_and_metrics_show_limits(target):
         store.claim(["celery"], 2)
         store.set_limit("celery", 5)
         store.set_limit("celery", 1, key="t1")
-        dash = Dashboard(store, Config(token=None, refresh=60.0, broker_url=target.broker_url))
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        server = uvicorn.Server(
-            uvicorn.Config(dash.app(), host="127.0.0.1", port=port, log_level="warning")
-        )
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        try:
-            wait_for(lambda: server.started, 15, interval=0.02)
-            dash.sampler.take()
-
-            def get(path: str) -> str:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
-                    return r.read().decode()
-
-            overview, page, metrics = get("/"), get("/queues/celery"), get("/metrics")
-        finally:
-            server.should_exit = True
-            thread.join(15)
+        overview, page, metrics = dashboard_pages(store, target, "/", "/queues/celery", "/metrics")
     assert "limit 2/5" in overview
     assert 'id="limits"' in page and "2 claimed of 5" in page and "<code>t1</code>: 1 of 1" in page
     assert 'alkstore_queue_limit{key="",queue="celery"} 5.0' in metrics

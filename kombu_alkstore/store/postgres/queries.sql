@@ -248,7 +248,11 @@ json_build_array('h', json_build_object(
 ))::text
 
 -- fragment: has_limit
--- A queue row (alias lq) with a concurrency limit (migration 0007).
+-- A queue row (alias lq) with a concurrency limit (migration 0007) or a rate (0010).
+(lq.max_claimed IS NOT NULL OR lq.key_limits IS NOT NULL OR lq.rate_limits IS NOT NULL)
+
+-- fragment: has_slots
+-- A queue row (alias lq) with a concurrency limit: an ack frees one of its slots.
 (lq.max_claimed IS NOT NULL OR lq.key_limits IS NOT NULL)
 
 -- fragment: limited
@@ -361,12 +365,17 @@ EXISTS (SELECT 1 FROM {queues} lq
           AND lq.max_claimed <= (SELECT count(*) FROM {jobs} x WHERE x.queue = lq.name
                                  AND x.state = 'processing' AND x.deadline > {now}))
 
+-- fragment: throttled
+-- Queue qn.name's rates refused every due job its last claim left, until rate_wait
+-- (migration 0010): nothing of it can be claimed before then.
+EXISTS (SELECT 1 FROM {queues} lq WHERE lq.name = qn.name AND lq.rate_wait > {now})
+
 -- name: has_due
 -- Due work a claim may take (not of a queue at its limit).
 SELECT EXISTS (
   SELECT 1 FROM unnest(%(queues)s::text[]) AS qn(name)
   WHERE EXISTS (SELECT 1 FROM {jobs} j WHERE j.queue = qn.name AND j.run_at <= {now})
-    AND qn.name <> ALL({paused}) AND NOT {full}
+    AND qn.name <> ALL({paused}) AND NOT {full} AND NOT {throttled}
 ) AS due
 
 -- name: size
@@ -374,8 +383,17 @@ SELECT count(*) AS size FROM {jobs} WHERE queue = %(queue)s AND state = 'pending
 
 -- name: next_due
 -- min(run_at) of the pending jobs, by a loose index scan of the claim index: one seek
--- per priority present in each queue, not a scan of every pending row.
-SELECT min(first.run_at) AS next_due FROM unnest(%(queues)s::text[]) AS qn(name)
+-- per priority present in each queue, not a scan of every pending row. A throttled
+-- queue (rate_wait ahead, migration 0010): its due jobs at rate_wait, a delayed one at
+-- its own time (a rate never makes a job early, nor a delayed one late).
+SELECT min(CASE WHEN first.run_at IS NULL OR NOT {throttled} THEN first.run_at
+                ELSE least((SELECT lq.rate_wait FROM {queues} lq WHERE lq.name = qn.name),
+                           (SELECT min(j.run_at) FROM {jobs} j
+                            WHERE j.queue = qn.name AND j.state = 'pending'
+                              AND j.run_at > {now}
+                              AND (j.expires_at IS NULL OR j.expires_at > {now})))
+           END) AS next_due
+FROM unnest(%(queues)s::text[]) AS qn(name)
 CROSS JOIN LATERAL (
   WITH RECURSIVE prio(p) AS (
     (SELECT priority FROM {jobs} WHERE queue = qn.name ORDER BY priority DESC LIMIT 1)
@@ -398,7 +416,7 @@ WHERE qn.name <> ALL({paused}) AND NOT {full}
 -- One primary-key probe per queue acked; queues without a limit announce nothing.
 freed AS (
   SELECT {wake_now} AS notified FROM (SELECT DISTINCT queue FROM gone) g
-  WHERE EXISTS (SELECT 1 FROM {queues} lq WHERE lq.name = g.queue AND {has_limit})
+  WHERE EXISTS (SELECT 1 FROM {queues} lq WHERE lq.name = g.queue AND {has_slots})
 )
 
 -- name: ack
@@ -988,7 +1006,8 @@ RETURNING q.name
 
 -- name: limits_list
 -- Every queue with a limit and its live claims (LimitUse rows, store/limits.py).
-SELECT lq.name AS queue, lq.max_claimed, lq.key_limits,
+SELECT lq.name AS queue, lq.max_claimed, lq.key_limits, lq.rate_limits, lq.rate_wait,
+       lq.rate_throttles,
        (SELECT count(*) FROM {jobs} j
         WHERE j.queue = lq.name AND j.state = 'processing' AND j.deadline > {now})::int
          AS used
@@ -1000,6 +1019,59 @@ SELECT j.queue, j.limit_key, count(*)::int AS used
 FROM {jobs} j JOIN {queues} lq ON lq.name = j.queue AND lq.key_limits IS NOT NULL
 WHERE j.state = 'processing' AND j.deadline > {now} AND j.limit_key IS NOT NULL
 GROUP BY j.queue, j.limit_key ORDER BY j.queue, j.limit_key
+
+-- Rate limits (migration 0010, store/rates.py, docs/flow-control.md "Rate limits").
+
+-- name: rate_set
+-- The rate of a queue (key NULL: stored under "") or of one key of it ("*": every key
+-- without its own): [N, P], at most N claims in any P seconds. The queue's row is made
+-- if it has none; its rate_wait is forgotten (the new rate may allow a claim now).
+INSERT INTO {queues} AS q (name, last_used, rate_limits)
+VALUES (%(queue)s, {now},
+        jsonb_build_object(COALESCE(%(key)s::text, ''),
+                           jsonb_build_array(%(n)s::int, %(per)s::float8))::text)
+ON CONFLICT (name) DO UPDATE SET
+  rate_limits = (COALESCE(q.rate_limits::jsonb, '{}'::jsonb)
+                 || jsonb_build_object(COALESCE(%(key)s::text, ''),
+                                       jsonb_build_array(%(n)s::int, %(per)s::float8)))::text,
+  rate_wait = NULL
+RETURNING q.name
+
+-- name: rate_clear
+-- No rate any more on the queue (key NULL) or on one key of it.
+UPDATE {queues} q SET
+  rate_limits = NULLIF((COALESCE(q.rate_limits::jsonb, '{}'::jsonb)
+                        - COALESCE(%(key)s::text, ''))::text, '{}'),
+  rate_wait = NULL
+WHERE q.name = %(queue)s
+RETURNING q.name
+
+-- name: rate_forget
+-- The claims logged for a queue left without a rate.
+DELETE FROM {claim_log} o WHERE o.queue = %(queue)s
+  AND NOT EXISTS (SELECT 1 FROM {queues} lq WHERE lq.name = %(queue)s
+                  AND lq.rate_limits IS NOT NULL)
+RETURNING queue
+
+-- name: rate_used_queue
+-- A queue's claims within the last "per" seconds (its queue-wide rate's use).
+SELECT count(*) AS used FROM {claim_log} x
+WHERE x.queue = %(queue)s AND x.at > {now} - %(per)s::float8
+
+-- name: rate_used_key
+-- A queue's claims of one key within the last "per" seconds.
+SELECT count(*) AS used FROM {claim_log} x
+WHERE x.queue = %(queue)s AND x.limit_key = %(key)s::text AND x.at > {now} - %(per)s::float8
+
+-- name: rate_used_busiest
+-- The claims of the busiest key of a queue without a rate of its own ("own") within
+-- the last %(per)s seconds (the use of the "*" rate).
+SELECT COALESCE(max(b.n), 0) AS used FROM (
+  SELECT count(*) AS n FROM {claim_log} x
+  WHERE x.queue = %(queue)s AND x.limit_key IS NOT NULL AND NOT (x.limit_key = ANY(%(own)s::text[]))
+    AND x.at > {now} - %(per)s::float8
+  GROUP BY x.limit_key
+) b
 
 -- name: horizon_holders
 -- What keeps this database's dead row versions from being removed (store/health.py):
@@ -1037,3 +1109,7 @@ SELECT s.relname::text AS "table", s.n_live_tup::bigint AS live, s.n_dead_tup::b
 FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
 WHERE s.schemaname = %(schema)s AND s.relname = ANY(%(tables)s::text[])
 ORDER BY s.n_dead_tup DESC, s.relname
+
+-- name: rate_log_times
+-- The claims of a queue the rate log holds, oldest first.
+SELECT at FROM {claim_log} WHERE queue = %(queue)s ORDER BY at

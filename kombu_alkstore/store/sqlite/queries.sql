@@ -164,11 +164,22 @@ WHERE lq.name IN (SELECT value FROM json_each(:queues)) AND lq.max_claimed IS NO
   AND lq.max_claimed <= (SELECT count(*) FROM {jobs} x WHERE x.queue = lq.name
                          AND x.state = 'processing' AND x.deadline > :now)
 
+-- fragment: blocked_queues
+-- The queues of :queues at their concurrency limit (as full_queues), or whose rates
+-- refused every due job their last claim left, until rate_wait (migration 0010):
+-- nothing of theirs can be claimed now. One probe of the queues table, as before rates.
+SELECT lq.name FROM {queues} lq
+WHERE lq.name IN (SELECT value FROM json_each(:queues))
+  AND (lq.rate_wait > :now
+       OR lq.max_claimed <= (SELECT count(*) FROM {jobs} x WHERE x.queue = lq.name
+                             AND x.state = 'processing' AND x.deadline > :now))
+
 -- name: claim_probe
 -- Anything due (a lapsed claim included) that a claim may take? A read: a claim with
--- nothing due, or only jobs of queues at their limit, takes no write lock.
+-- nothing due, or only jobs of queues at their limit or throttled by a rate, takes no
+-- write lock.
 SELECT 1 AS due FROM {jobs}
-WHERE {active_queues} AND run_at <= :now AND queue NOT IN ({full_queues}) LIMIT 1
+WHERE {active_queues} AND run_at <= :now AND queue NOT IN ({blocked_queues}) LIMIT 1
 
 -- name: take_spent
 -- The spent lapsed claims among the due jobs, out of the queue (to "bury").
@@ -180,8 +191,8 @@ INSERT INTO {dead} ({dead_columns}, died_at, last_error)
 VALUES ({dead_values}, :now, :error)
 
 -- fragment: has_limit
--- A queue row (alias lq) with a concurrency limit (migration 0007).
-(lq.max_claimed IS NOT NULL OR lq.key_limits IS NOT NULL)
+-- A queue row (alias lq) with a concurrency limit (migration 0007) or a rate (0010).
+(lq.max_claimed IS NOT NULL OR lq.key_limits IS NOT NULL OR lq.rate_limits IS NOT NULL)
 
 -- fragment: limit_scan
 -- How many due jobs a claim on queues with per-key limits looks at (at least its
@@ -210,12 +221,12 @@ WHERE lq.name IN (SELECT value FROM json_each(:queues)) AND {has_limit} LIMIT 1
 -- (docs/flow-control.md). "lroom"/"kroom": each limited queue's and candidate key's free
 -- slots; the spent lapsed claims were buried already (take_spent).
 WITH lim AS (
-  SELECT lq.name, lq.max_claimed, lq.key_limits FROM {queues} lq
+  SELECT lq.name, lq.max_claimed, lq.key_limits, lq.rate_limits AS rl FROM {queues} lq
   WHERE lq.name IN (SELECT value FROM json_each(:queues)) AND {has_limit}
 ),
 lcand AS (
   SELECT j.id, j.queue, j.limit_key, j.priority, j.run_at, {revoked} AS revoked,
-         l.key_limits
+         l.key_limits, l.rl
   FROM lim l CROSS JOIN {jobs} j  -- lim drives (CROSS JOIN keeps it outer): no limited
   WHERE j.queue = l.name          -- queue, no scan of the jobs
     AND {active_queues} AND run_at <= :now AND (expires_at IS NULL OR expires_at > :now)
@@ -242,19 +253,39 @@ kroom AS (
   ) k
   WHERE k.cap IS NOT NULL
 ),
+rroom AS (
+  SELECT l.name, json_extract(e.value, '$[0]') - (
+    SELECT count(*) FROM {claim_log} x
+    WHERE x.queue = l.name AND x.at > :now - json_extract(e.value, '$[1]')) AS room
+  FROM lim l, json_each(l.rl) e WHERE l.rl IS NOT NULL AND e.key = ''
+),
+krate AS (
+  SELECT k.queue, k.limit_key, json_extract(k.r, '$[0]') - (
+    SELECT count(*) FROM {claim_log} x
+    WHERE x.queue = k.queue AND x.limit_key = k.limit_key
+      AND x.at > :now - json_extract(k.r, '$[1]')) AS room
+  FROM (
+    SELECT DISTINCT c.queue, c.limit_key, COALESCE(
+      (SELECT e.value FROM json_each(c.rl) e WHERE e.key = c.limit_key),
+      (SELECT e.value FROM json_each(c.rl) e WHERE e.key = '*')) AS r
+    FROM lcand c WHERE c.rl IS NOT NULL AND c.limit_key IS NOT NULL
+  ) k
+  WHERE k.r IS NOT NULL
+),
 lpick AS (
   SELECT r.id, r.revoked, r.priority, r.run_at FROM (
     SELECT k.*, row_number() OVER (PARTITION BY k.queue
                                    ORDER BY k.priority DESC, k.run_at, k.id) AS qn
     FROM (
-      SELECT c.*, u.room AS key_room,
+      SELECT c.*, {least_room} AS key_room,
              row_number() OVER (PARTITION BY c.queue, c.limit_key
                                 ORDER BY c.priority DESC, c.run_at, c.id) AS kn
       FROM lcand c LEFT JOIN kroom u ON u.queue = c.queue AND u.limit_key = c.limit_key
+      LEFT JOIN krate v ON v.queue = c.queue AND v.limit_key = c.limit_key
     ) k
     WHERE k.key_room IS NULL OR k.kn <= k.key_room
-  ) r LEFT JOIN lroom q ON q.name = r.queue
-  WHERE q.room IS NULL OR r.qn <= q.room
+  ) r LEFT JOIN lroom u ON u.name = r.queue LEFT JOIN rroom v ON v.name = r.queue
+  WHERE {least_room} IS NULL OR r.qn <= {least_room}
 ),
 free AS (
   SELECT id, {revoked} AS revoked, priority, run_at
@@ -268,6 +299,11 @@ free AS (
 SELECT id, revoked FROM (SELECT * FROM free UNION ALL SELECT * FROM lpick)
 ORDER BY priority DESC, run_at, id
 LIMIT :limit
+
+-- fragment: least_room
+-- The smaller of the free places u.room (concurrency) and v.room (rate), either NULL
+-- (no such limit): SQLite's min() of a NULL is NULL.
+COALESCE(min(u.room, v.room), u.room, v.room)
 
 -- name: claim
 -- The candidates (:ids) claimed: a Delivery's fields (revoked: from claim_pick).
@@ -285,7 +321,9 @@ SELECT count(*) AS size FROM {jobs} WHERE queue = :queue AND state = 'pending'
 
 -- name: next_due
 -- min(run_at) of the pending jobs, by a loose index scan of the claim index: one
--- seek per priority present in each queue, not a scan of every pending row.
+-- seek per priority present in each queue, not a scan of every pending row. A throttled
+-- queue (rate_wait ahead, migration 0010): its due jobs at rate_wait, a delayed one at
+-- its own time (a rate never makes a job early, nor a delayed one late).
 WITH RECURSIVE prio(queue, p) AS (
   SELECT qn.value, (SELECT priority FROM {jobs} WHERE queue = qn.value
                     ORDER BY priority DESC LIMIT 1)
@@ -296,11 +334,19 @@ WITH RECURSIVE prio(queue, p) AS (
                       AND j.priority < prio.p ORDER BY j.priority DESC LIMIT 1)
   FROM prio WHERE prio.p IS NOT NULL
 )
-SELECT min((SELECT j.run_at FROM {jobs} j
-            WHERE j.queue = prio.queue AND j.priority = prio.p AND j.state = 'pending'
-              AND (j.expires_at IS NULL OR j.expires_at > :now)
-            ORDER BY j.run_at LIMIT 1)) AS next_at
-FROM prio WHERE prio.p IS NOT NULL
+SELECT min(CASE WHEN f.run_at IS NULL OR NOT COALESCE(w.rate_wait > :now, 0) THEN f.run_at
+                ELSE COALESCE(min(w.rate_wait, (
+                  SELECT min(j.run_at) FROM {jobs} j
+                  WHERE j.queue = f.queue AND j.state = 'pending' AND j.run_at > :now
+                    AND (j.expires_at IS NULL OR j.expires_at > :now))), w.rate_wait)
+           END) AS next_at
+FROM (
+  SELECT prio.queue, min((SELECT j.run_at FROM {jobs} j
+              WHERE j.queue = prio.queue AND j.priority = prio.p AND j.state = 'pending'
+                AND (j.expires_at IS NULL OR j.expires_at > :now)
+              ORDER BY j.run_at LIMIT 1)) AS run_at
+  FROM prio WHERE prio.p IS NOT NULL GROUP BY prio.queue
+) f LEFT JOIN {queues} w ON w.name = f.queue
 
 
 -- name: ack
@@ -748,7 +794,8 @@ RETURNING name
 
 -- name: limits_list
 -- Every queue with a limit and its live claims (QueueLimit rows, store/limits.py).
-SELECT lq.name AS queue, lq.max_claimed, lq.key_limits,
+SELECT lq.name AS queue, lq.max_claimed, lq.key_limits, lq.rate_limits, lq.rate_wait,
+       lq.rate_throttles,
        (SELECT count(*) FROM {jobs} j
         WHERE j.queue = lq.name AND j.state = 'processing' AND j.deadline > :now) AS used
 FROM {queues} lq WHERE {has_limit} ORDER BY lq.name
@@ -771,3 +818,134 @@ WHERE 0
 SELECT NULL AS "table", NULL AS live, NULL AS dead, NULL AS bytes, NULL AS vacuumed_at,
        NULL AS autovacuum
 WHERE 0
+
+
+-- Rate limits (migration 0010, store/rates.py, docs/flow-control.md "Rate limits").
+
+-- name: rate_set
+-- The rate of a queue (key NULL: stored under "") or of one key of it ("*": every key
+-- without its own): [N, P], at most N claims in any P seconds. The queue's row is made
+-- if it has none; its rate_wait is forgotten (the new rate may allow a claim now).
+INSERT INTO {queues} AS q (name, last_used, rate_limits)
+VALUES (:queue, :now, json_object(COALESCE(:key, ''), json_array(:n, :per)))
+ON CONFLICT (name) DO UPDATE SET
+  rate_limits = json_patch(COALESCE(q.rate_limits, '{}'),
+                           json_object(COALESCE(:key, ''), json_array(:n, :per))),
+  rate_wait = NULL
+RETURNING name
+
+-- name: rate_clear
+-- No rate any more on the queue (key NULL) or on one key of it.
+UPDATE {queues} SET
+  rate_limits = NULLIF(json_patch(COALESCE(rate_limits, '{}'),
+                                  json_object(COALESCE(:key, ''), json('null'))), '{}'),
+  rate_wait = NULL
+WHERE name = :queue
+RETURNING name
+
+-- name: rate_forget
+-- The claims logged for a queue left without a rate.
+DELETE FROM {claim_log} WHERE queue = :queue
+  AND NOT EXISTS (SELECT 1 FROM {queues} lq WHERE lq.name = :queue
+                  AND lq.rate_limits IS NOT NULL)
+RETURNING queue
+
+-- name: rate_log
+-- The claims just made (:ids) of queues with a rate, at :now (the write lock's time),
+-- and the claims older than every period of their queue forgotten.
+INSERT INTO {claim_log} (queue, limit_key, at)
+SELECT j.queue, j.limit_key, :now FROM {jobs} j
+JOIN {queues} lq ON lq.name = j.queue AND lq.rate_limits IS NOT NULL
+WHERE j.id IN (SELECT value FROM json_each(:ids))
+
+-- name: rate_trim
+DELETE FROM {claim_log}
+WHERE queue IN (SELECT value FROM json_each(:queues))
+  AND at <= :now - (SELECT max(json_extract(e.value, '$[1]'))
+                    FROM {queues} lq, json_each(lq.rate_limits) e
+                    WHERE lq.name = {claim_log}.queue)
+
+-- name: rate_wait_set
+-- After a claim of queues with a rate: when every due job it left (the first
+-- limit_scan) is refused by a rate, rate_wait is the time the first of them may be
+-- claimed (a window's oldest claim + its period), else NULL; written only on a change
+-- (a write wakes every waiter on the file).
+WITH lim AS (
+  SELECT lq.name, lq.rate_limits AS rl FROM {queues} lq
+  WHERE lq.name IN (SELECT value FROM json_each(:queues)) AND lq.rate_limits IS NOT NULL
+),
+rest AS (
+  SELECT j.queue, j.limit_key, l.rl FROM lim l CROSS JOIN {jobs} j
+  WHERE j.queue = l.name AND {active_queues} AND j.run_at <= :now
+    AND (j.expires_at IS NULL OR j.expires_at > :now) AND j.attempts < j.max_attempts
+  ORDER BY j.priority DESC, j.run_at, j.id
+  LIMIT {limit_scan}
+),
+qrate AS (
+  SELECT l.name AS queue, json_extract(e.value, '$[0]') AS cap,
+         json_extract(e.value, '$[1]') AS per
+  FROM lim l, json_each(l.rl) e WHERE e.key = ''
+),
+krate AS (
+  SELECT k.queue, k.limit_key, json_extract(k.r, '$[0]') AS cap,
+         json_extract(k.r, '$[1]') AS per
+  FROM (
+    SELECT DISTINCT r.queue, r.limit_key, COALESCE(
+      (SELECT e.value FROM json_each(r.rl) e WHERE e.key = r.limit_key),
+      (SELECT e.value FROM json_each(r.rl) e WHERE e.key = '*')) AS r
+    FROM rest r WHERE r.limit_key IS NOT NULL
+  ) k
+  WHERE k.r IS NOT NULL
+),
+qfree AS (
+  SELECT q.queue, (SELECT CASE WHEN count(*) >= q.cap THEN min(x.at) + q.per END
+                   FROM {claim_log} x WHERE x.queue = q.queue AND x.at > :now - q.per) AS free
+  FROM qrate q
+),
+kfree AS (
+  SELECT k.queue, k.limit_key,
+         (SELECT CASE WHEN count(*) >= k.cap THEN min(x.at) + k.per END
+          FROM {claim_log} x WHERE x.queue = k.queue AND x.limit_key = k.limit_key
+            AND x.at > :now - k.per) AS free
+  FROM krate k
+),
+blocked AS (
+  SELECT r.queue, q.free AS q_free, k.free AS k_free FROM rest r
+  LEFT JOIN qfree q ON q.queue = r.queue
+  LEFT JOIN kfree k ON k.queue = r.queue AND k.limit_key = r.limit_key
+),
+throttle AS (
+  SELECT b.queue, min(COALESCE(max(b.q_free, b.k_free), b.q_free, b.k_free)) AS until
+  FROM blocked b GROUP BY b.queue
+  HAVING min(b.q_free IS NOT NULL OR b.k_free IS NOT NULL) = 1
+)
+UPDATE {queues}
+SET rate_wait = (SELECT t.until FROM throttle t WHERE t.queue = name),
+    rate_throttles = rate_throttles
+                     + ((SELECT t.until FROM throttle t WHERE t.queue = name) IS NOT NULL)
+WHERE name IN (SELECT name FROM lim)
+  AND rate_wait IS NOT (SELECT t.until FROM throttle t WHERE t.queue = name)
+
+-- name: rate_used_queue
+-- A queue's claims within the last "per" seconds (its queue-wide rate's use).
+SELECT count(*) AS used FROM {claim_log} x
+WHERE x.queue = :queue AND x.at > :now - :per
+
+-- name: rate_used_key
+-- A queue's claims of one key within the last "per" seconds.
+SELECT count(*) AS used FROM {claim_log} x
+WHERE x.queue = :queue AND x.limit_key = :key AND x.at > :now - :per
+
+-- name: rate_used_busiest
+-- The claims of the busiest key of a queue without a rate of its own ("own") within
+-- the last :per seconds (the use of the "*" rate).
+SELECT COALESCE(max(b.n), 0) AS used FROM (
+  SELECT count(*) AS n FROM {claim_log} x
+  WHERE x.queue = :queue AND x.limit_key IS NOT NULL AND x.limit_key NOT IN (SELECT value FROM json_each(:own))
+    AND x.at > :now - :per
+  GROUP BY x.limit_key
+) b
+
+-- name: rate_log_times
+-- The claims of a queue the rate log holds, oldest first.
+SELECT at FROM {claim_log} WHERE queue = :queue ORDER BY at

@@ -63,6 +63,9 @@ _OWN_STATEMENTS = frozenset(
         "claim_pick",
         "claim_pick_limited",
         "limited_queues",
+        "rate_log",
+        "rate_trim",
+        "rate_wait_set",
         "claim",
         "next_due",
         "ack",
@@ -287,11 +290,15 @@ class SQLiteStore(Store):
             limited = self._exec(conn, "limited_queues", params).fetchone() is not None
             pick = "claim_pick_limited" if limited else "claim_pick"
             picked = {r["id"]: bool(r["revoked"]) for r in self._exec(conn, pick, params)}
-            if not picked:
-                return []
             order = list(picked)
             params["ids"] = json.dumps(order)
-            rows = {r["id"]: r for r in self._exec(conn, "claim", params)}
+            rows = {r["id"]: r for r in self._exec(conn, "claim", params)} if order else {}
+            if limited:  # a queue with a rate: log the claims, note a throttled queue
+                self._exec(conn, "rate_trim", params)
+                self._exec(conn, "rate_log", params)
+                self._exec(conn, "rate_wait_set", params)
+            if not order:
+                return []
         # In the candidates' order (priority DESC, run_at, id), which RETURNING loses.
         return [Delivery(**rows[i], revoked=picked[i]) for i in order if i in rows]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 from kombu_alkstore.store import Delivery, ScheduleRow, Store
@@ -46,3 +47,17 @@ def _sched(name: str, interval: float, next_at: float, **kw) -> ScheduleRow:
     )
     fields.update(kw)
     return ScheduleRow(**fields)
+
+
+def keyed_body(key: str | None = None, n: int = 0) -> bytes:
+    """A kombu-like envelope carrying the limit key header (or none)."""
+    headers = {"id": f"t{n}"}
+    if key is not None:
+        headers["alkstore_limit_key"] = key
+    return json.dumps({"body": "e30=", "headers": headers, "properties": {}}).encode()
+
+
+def fill(store: Store, queue: str, count: int, key: str | None = None) -> None:
+    """``count`` jobs in ``queue``, each with limit key ``key`` (or none)."""
+    for n in range(count):
+        store.enqueue(queue, keyed_body(key, n))

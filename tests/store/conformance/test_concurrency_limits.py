@@ -7,26 +7,14 @@ a limit changed at run time applies at the next claim; a queue without one is un
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
 
 from kombu_alkstore.errors import ConfigurationError
 from kombu_alkstore.store.limits import limit_key_of, parse_limits
-
-
-def body(key: str | None = None, n: int = 0) -> bytes:
-    """A kombu-like envelope carrying the limit key header (or none)."""
-    headers = {"id": f"t{n}"}
-    if key is not None:
-        headers["alkstore_limit_key"] = key
-    return json.dumps({"body": "e30=", "headers": headers, "properties": {}}).encode()
-
-
-def fill(store, queue: str, count: int, key: str | None = None) -> None:
-    for n in range(count):
-        store.enqueue(queue, body(key, n))
+from tests.store.conformance.helpers import fill
+from tests.store.conformance.helpers import keyed_body as body
 
 
 def test_a_queue_limit_caps_live_claims(store):
