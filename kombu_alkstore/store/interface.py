@@ -29,6 +29,7 @@ from .backoff import retry_wait
 from .checks import check_lease_ttl, check_queue_args, is_number
 from .claims import ClaimSession
 from .health import HealthReads
+from .fair import FairStatements
 from .limits import LimitStatements, limit_key_of
 from .options import StoreOptions, StoreURL, validate_name
 from .rates import RateStatements
@@ -56,7 +57,13 @@ def _handles(deliveries: Iterable[Delivery]) -> list[Delivery]:
 
 
 class Store(
-    DashboardReads, HealthReads, LimitStatements, RateStatements, ScheduleStatements, Statements
+    DashboardReads,
+    HealthReads,
+    LimitStatements,
+    RateStatements,
+    FairStatements,
+    ScheduleStatements,
+    Statements,
 ):
     """Queue tables on one database. Thread-safe; one instance per process is enough.
 
@@ -68,6 +75,7 @@ class Store(
     driver. Its parts: :class:`~.reads.DashboardReads` (pause, the dashboard's reads),
     :class:`~.limits.LimitStatements` (concurrency limits),
     :class:`~.rates.RateStatements` (rate limits),
+    :class:`~.fair.FairStatements` (fair share between keys),
     :class:`~.schedules.ScheduleStatements` (the beat's table), on
     :class:`~.statements.Statements` (the statement primitives).
     """

@@ -132,11 +132,11 @@ def parse_limits(raw: Any, option: str = "limits") -> dict[str, dict[str | None,
         if not isinstance(spec, Mapping):
             parsed[queue] = {None: check_limit(spec, where)}
             continue
-        unknown = set(spec) - {"limit", "keys", "rate", "key_rates"}
+        unknown = set(spec) - {"limit", "keys", "rate", "key_rates", "fair"}
         if unknown:
             raise ConfigurationError(
                 f"{where}: unknown entries {sorted(unknown)}; use 'limit', 'keys', "
-                "'rate' and 'key_rates'"
+                "'rate', 'key_rates' and 'fair'"
             )
         entry: dict[str | None, int] = {}
         if spec.get("limit") is not None:

@@ -248,8 +248,10 @@ json_build_array('h', json_build_object(
 ))::text
 
 -- fragment: has_limit
--- A queue row (alias lq) with a concurrency limit (migration 0007) or a rate (0010).
-(lq.max_claimed IS NOT NULL OR lq.key_limits IS NOT NULL OR lq.rate_limits IS NOT NULL)
+-- A queue row (alias lq) with a concurrency limit (migration 0007), a rate (0010) or
+-- fair share (0011).
+(lq.max_claimed IS NOT NULL OR lq.key_limits IS NOT NULL OR lq.rate_limits IS NOT NULL
+ OR lq.fair_shares IS NOT NULL)
 
 -- fragment: has_slots
 -- A queue row (alias lq) with a concurrency limit: an ack frees one of its slots.
@@ -1113,3 +1115,23 @@ ORDER BY s.n_dead_tup DESC, s.relname
 -- name: rate_log_times
 -- The claims of a queue the rate log holds, oldest first.
 SELECT at FROM {claim_log} WHERE queue = %(queue)s ORDER BY at
+
+-- Fair share (migration 0011, store/fair.py, docs/flow-control.md "Fair share").
+
+-- name: fair_set
+-- The queue's shares (a JSON object, replacing any it had); the row is made if it has
+-- none. Its passes and virtual time are kept (a change of shares applies to what is
+-- claimed next).
+INSERT INTO {queues} AS q (name, last_used, fair_shares)
+VALUES (%(queue)s, {now}, %(shares)s)
+ON CONFLICT (name) DO UPDATE SET fair_shares = %(shares)s
+RETURNING q.name
+
+-- name: fair_clear
+-- The queue no longer fair; its passes and virtual time forgotten.
+UPDATE {queues} q SET fair_shares = NULL, fair_pass = NULL, fair_vtime = NULL
+WHERE q.name = %(queue)s
+RETURNING q.name
+
+-- name: fair_get
+SELECT q.fair_shares FROM {queues} q WHERE q.name = %(queue)s

@@ -191,8 +191,10 @@ INSERT INTO {dead} ({dead_columns}, died_at, last_error)
 VALUES ({dead_values}, :now, :error)
 
 -- fragment: has_limit
--- A queue row (alias lq) with a concurrency limit (migration 0007) or a rate (0010).
-(lq.max_claimed IS NOT NULL OR lq.key_limits IS NOT NULL OR lq.rate_limits IS NOT NULL)
+-- A queue row (alias lq) with a concurrency limit (migration 0007), a rate (0010) or
+-- fair share (0011).
+(lq.max_claimed IS NOT NULL OR lq.key_limits IS NOT NULL OR lq.rate_limits IS NOT NULL
+ OR lq.fair_shares IS NOT NULL)
 
 -- fragment: limit_scan
 -- How many due jobs a claim on queues with per-key limits looks at (at least its
@@ -219,12 +221,18 @@ WHERE lq.name IN (SELECT value FROM json_each(:queues)) AND {has_limit} LIMIT 1
 -- without a limit ("lim": one primary-key probe each) as before; those with one within
 -- it: the claim runs in the write transaction, so counting their live claims is exact
 -- (docs/flow-control.md). "lroom"/"kroom": each limited queue's and candidate key's free
--- slots; the spent lapsed claims were buried already (take_spent).
-WITH lim AS (
-  SELECT lq.name, lq.max_claimed, lq.key_limits, lq.rate_limits AS rl FROM {queues} lq
+-- slots; the spent lapsed claims were buried already (take_spent). A fair queue
+-- (migration 0011) also has each key's first :limit due jobs ("fkeys": one index probe
+-- per key; "fcand"), ordered by their fair tags (as PostgreSQL's limited_due:
+-- start + (n - 1) / share, "fstart"); fair_advance moves the passes after the claim.
+WITH RECURSIVE lim AS (
+  SELECT lq.name, lq.max_claimed, lq.key_limits, lq.rate_limits AS rl,
+         lq.fair_shares AS fs, COALESCE(lq.fair_pass, '{}') AS fp,
+         COALESCE(lq.fair_vtime, 0) AS vt
+  FROM {queues} lq
   WHERE lq.name IN (SELECT value FROM json_each(:queues)) AND {has_limit}
 ),
-lcand AS (
+lscan AS (
   SELECT j.id, j.queue, j.limit_key, j.priority, j.run_at, {revoked} AS revoked,
          l.key_limits, l.rl
   FROM lim l CROSS JOIN {jobs} j  -- lim drives (CROSS JOIN keeps it outer): no limited
@@ -233,6 +241,40 @@ lcand AS (
     AND attempts < max_attempts
   ORDER BY priority DESC, run_at, id
   LIMIT max(:limit, {limit_scan})
+),
+fkeys (queue, k) AS (
+  SELECT l.name, (SELECT j.limit_key FROM {jobs} j
+                  WHERE j.queue = l.name AND j.limit_key IS NOT NULL
+                  ORDER BY j.limit_key LIMIT 1)
+  FROM lim l WHERE l.fs IS NOT NULL
+  UNION ALL
+  SELECT f.queue, (SELECT j.limit_key FROM {jobs} j
+                   WHERE j.queue = f.queue AND j.limit_key > f.k
+                   ORDER BY j.limit_key LIMIT 1)
+  FROM fkeys f WHERE f.k IS NOT NULL
+),
+fcand AS (
+  SELECT j.id, j.queue, j.limit_key, j.priority, j.run_at, {revoked} AS revoked,
+         l.key_limits, l.rl
+  FROM fkeys f JOIN lim l ON l.name = f.queue CROSS JOIN {jobs} j
+  WHERE f.k IS NOT NULL AND j.id IN (
+    SELECT x.id FROM {jobs} x
+    WHERE x.queue = f.queue AND x.limit_key = f.k AND x.run_at <= :now
+      AND (x.expires_at IS NULL OR x.expires_at > :now) AND x.attempts < x.max_attempts
+      AND x.queue NOT IN (SELECT queue FROM {paused_queues})
+    ORDER BY x.priority DESC, x.run_at, x.id
+    LIMIT :limit)
+),
+lcand AS (SELECT * FROM lscan UNION SELECT * FROM fcand),
+fstart AS (
+  SELECT g.queue, g.gk,
+         max(COALESCE((SELECT e.value FROM json_each(l.fp) e WHERE e.key = g.gk), 0),
+             l.vt) AS start,
+         1.0 * COALESCE(
+           (SELECT e.value FROM json_each(l.fs) e WHERE e.key = g.gk AND g.gk <> ''),
+           (SELECT e.value FROM json_each(l.fs) e WHERE e.key = '*'), 1) AS share
+  FROM (SELECT DISTINCT c.queue, COALESCE(c.limit_key, '') AS gk FROM lcand c) g
+  JOIN lim l ON l.name = g.queue AND l.fs IS NOT NULL
 ),
 lroom AS (
   SELECT l.name, l.max_claimed - (
@@ -272,23 +314,35 @@ krate AS (
   ) k
   WHERE k.r IS NOT NULL
 ),
+tagged AS (
+  SELECT k.*, CASE WHEN f.share IS NULL THEN 0.0
+                   ELSE f.start + (k.kn - 1) / f.share END AS s
+  FROM (
+    SELECT c.*, {least_room} AS key_room,
+           row_number() OVER (PARTITION BY c.queue, c.limit_key
+                              ORDER BY c.priority DESC, c.run_at, c.id) AS kn
+    FROM lcand c LEFT JOIN kroom u ON u.queue = c.queue AND u.limit_key = c.limit_key
+    LEFT JOIN krate v ON v.queue = c.queue AND v.limit_key = c.limit_key
+  ) k LEFT JOIN fstart f ON f.queue = k.queue AND f.gk = COALESCE(k.limit_key, '')
+  WHERE k.key_room IS NULL OR k.kn <= k.key_room
+),
+qranked AS (
+  SELECT t.*,
+         row_number() OVER (PARTITION BY t.queue
+                            ORDER BY t.priority DESC, t.s, t.run_at, t.id) AS qn,
+         row_number() OVER (PARTITION BY t.queue
+                            ORDER BY t.priority DESC, t.run_at, t.id) AS cn
+  FROM tagged t
+),
 lpick AS (
-  SELECT r.id, r.revoked, r.priority, r.run_at FROM (
-    SELECT k.*, row_number() OVER (PARTITION BY k.queue
-                                   ORDER BY k.priority DESC, k.run_at, k.id) AS qn
-    FROM (
-      SELECT c.*, {least_room} AS key_room,
-             row_number() OVER (PARTITION BY c.queue, c.limit_key
-                                ORDER BY c.priority DESC, c.run_at, c.id) AS kn
-      FROM lcand c LEFT JOIN kroom u ON u.queue = c.queue AND u.limit_key = c.limit_key
-      LEFT JOIN krate v ON v.queue = c.queue AND v.limit_key = c.limit_key
-    ) k
-    WHERE k.key_room IS NULL OR k.kn <= k.key_room
-  ) r LEFT JOIN lroom u ON u.name = r.queue LEFT JOIN rroom v ON v.name = r.queue
+  -- run_at: a fair queue's i-th pick competes across queues with its i-th due time
+  SELECT r.id, r.revoked, r.priority, e.run_at, r.s
+  FROM qranked r JOIN qranked e ON e.queue = r.queue AND e.cn = r.qn
+  LEFT JOIN lroom u ON u.name = r.queue LEFT JOIN rroom v ON v.name = r.queue
   WHERE {least_room} IS NULL OR r.qn <= {least_room}
 ),
 free AS (
-  SELECT id, {revoked} AS revoked, priority, run_at
+  SELECT id, {revoked} AS revoked, priority, run_at, 0.0 AS s
   FROM {jobs} j
   WHERE {active_queues} AND queue NOT IN (SELECT name FROM lim)
     AND run_at <= :now AND (expires_at IS NULL OR expires_at > :now)
@@ -297,8 +351,44 @@ free AS (
   LIMIT :limit
 )
 SELECT id, revoked FROM (SELECT * FROM free UNION ALL SELECT * FROM lpick)
-ORDER BY priority DESC, run_at, id
+ORDER BY priority DESC, run_at, s, id
 LIMIT :limit
+
+-- name: fair_advance
+-- After a claim of fair queues: each group's pass moves by what it took over its share
+-- (from greatest(pass, vtime), as claim_pick_limited's fstart), the queue's vtime to the
+-- largest tag taken, and the passes not ahead of it are forgotten.
+WITH took AS (
+  SELECT j.queue, COALESCE(j.limit_key, '') AS gk, count(*) AS n FROM {jobs} j
+  JOIN {queues} lq ON lq.name = j.queue AND lq.fair_shares IS NOT NULL
+  WHERE j.id IN (SELECT value FROM json_each(:ids))
+  GROUP BY j.queue, COALESCE(j.limit_key, '')
+),
+g AS (
+  SELECT t.queue, t.gk, t.n, COALESCE(lq.fair_vtime, 0) AS vt,
+         max(COALESCE((SELECT e.value FROM json_each(COALESCE(lq.fair_pass, '{}')) e
+                       WHERE e.key = t.gk), 0), COALESCE(lq.fair_vtime, 0)) AS start,
+         1.0 * COALESCE(
+           (SELECT e.value FROM json_each(lq.fair_shares) e WHERE e.key = t.gk AND t.gk <> ''),
+           (SELECT e.value FROM json_each(lq.fair_shares) e WHERE e.key = '*'), 1) AS share
+  FROM took t JOIN {queues} lq ON lq.name = t.queue
+),
+v AS (
+  SELECT g.queue, max(max(g.start + (g.n - 1) / g.share), max(g.vt)) AS vt
+  FROM g GROUP BY g.queue
+)
+UPDATE {queues} SET
+  fair_vtime = (SELECT v.vt FROM v WHERE v.queue = {queues}.name),
+  fair_pass = (
+    SELECT json_group_object(e.gk, e.pass) FROM (
+      SELECT o.key AS gk, o.value AS pass
+      FROM json_each(COALESCE({queues}.fair_pass, '{}')) o
+      WHERE o.key NOT IN (SELECT g.gk FROM g WHERE g.queue = {queues}.name)
+      UNION ALL
+      SELECT g.gk, g.start + g.n / g.share FROM g WHERE g.queue = {queues}.name
+    ) e
+    WHERE e.pass > (SELECT v.vt FROM v WHERE v.queue = {queues}.name))
+WHERE name IN (SELECT queue FROM v)
 
 -- fragment: least_room
 -- The smaller of the free places u.room (concurrency) and v.room (rate), either NULL
@@ -949,3 +1039,22 @@ SELECT COALESCE(max(b.n), 0) AS used FROM (
 -- name: rate_log_times
 -- The claims of a queue the rate log holds, oldest first.
 SELECT at FROM {claim_log} WHERE queue = :queue ORDER BY at
+
+-- Fair share (migration 0011, store/fair.py, docs/flow-control.md "Fair share").
+
+-- name: fair_set
+-- The queue's shares (a JSON object, replacing any it had); the row is made if it has
+-- none. Its passes and virtual time are kept.
+INSERT INTO {queues} AS q (name, last_used, fair_shares)
+VALUES (:queue, :now, :shares)
+ON CONFLICT (name) DO UPDATE SET fair_shares = :shares
+RETURNING name
+
+-- name: fair_clear
+-- The queue no longer fair; its passes and virtual time forgotten.
+UPDATE {queues} SET fair_shares = NULL, fair_pass = NULL, fair_vtime = NULL
+WHERE name = :queue
+RETURNING name
+
+-- name: fair_get
+SELECT fair_shares FROM {queues} WHERE name = :queue

@@ -66,6 +66,7 @@ _OWN_STATEMENTS = frozenset(
         "rate_log",
         "rate_trim",
         "rate_wait_set",
+        "fair_advance",
         "claim",
         "next_due",
         "ack",
@@ -297,6 +298,8 @@ class SQLiteStore(Store):
                 self._exec(conn, "rate_trim", params)
                 self._exec(conn, "rate_log", params)
                 self._exec(conn, "rate_wait_set", params)
+                if order:  # a fair queue: its groups' passes
+                    self._exec(conn, "fair_advance", params)
             if not order:
                 return []
         # In the candidates' order (priority DESC, run_at, id), which RETURNING loses.
