@@ -1,6 +1,8 @@
 """``queue limit NAME N [--key K]`` / ``queue limit NAME --clear [--key K]``: a queue's
 concurrency limit at run time; ``queue limit NAME --rate 10/s [--key K]`` /
-``--clear-rate``: its rate limit (docs/flow-control.md); and how status shows them."""
+``--clear-rate``: its rate limit; ``queue limit NAME --fair [--share K=W ...]`` /
+``--clear-fair``: fair share between its keys (docs/flow-control.md); and how status
+shows them."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import argparse
 from typing import Any, TextIO
 
 from ..errors import ConfigurationError
+from ..store.fair import check_share
 from ..store.limits import EVERY_KEY, QueueLimit, check_key, check_limit
 from ..store.rate_values import QueueRates, Rate
 from ..store.rates import parse_rate
@@ -38,15 +41,43 @@ def _rate(text: str) -> Rate:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _share(text: str) -> tuple[str, float]:
+    """A ``--share K=W`` of ``queue limit``: a key (``*``: every key without its own)
+    and a share above 0, else a one-line usage error."""
+    key, sep, weight = text.rpartition("=")
+    try:
+        if not sep or not key:
+            raise ValueError
+        share = float(weight)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--share must read KEY=SHARE (e.g. tenant:big=3), got {text!r}"
+        ) from None
+    try:
+        check_key(key, "--share key")
+        return key, check_share(share, f"--share {key!r}")
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _check_choice(args: argparse.Namespace) -> None:
-    """At least one of N, --clear, --rate R, --clear-rate; not N with --clear, nor --rate
-    with --clear-rate; a valid --key."""
+    """At least one of N, --clear, --rate R, --clear-rate, --fair, --clear-fair; not N
+    with --clear, nor --rate with --clear-rate, nor --fair with --clear-fair; --share
+    only with --fair; a valid --key."""
     limit = args.n is not None or args.clear
     rate = args.rate is not None or args.clear_rate
+    fair = args.fair or args.clear_fair
     if (args.n is not None and args.clear) or (args.rate is not None and args.clear_rate):
         raise CLIError("give the limit N, or --clear (not both); --rate R or --clear-rate")
-    if not limit and not rate:
-        raise CLIError("give the limit N, or --clear (or --rate R, e.g. 10/s, or --clear-rate)")
+    if args.fair and args.clear_fair:
+        raise CLIError("give --fair or --clear-fair (not both)")
+    if args.share and not args.fair:
+        raise CLIError("--share K=W goes with --fair")
+    if not limit and not rate and not fair:
+        raise CLIError(
+            "give the limit N, or --clear (or --rate R, e.g. 10/s, or --clear-rate; "
+            "or --fair, or --clear-fair)"
+        )
     try:
         check_key(args.key, "--key")
     except ConfigurationError as exc:
@@ -74,6 +105,12 @@ def cmd_limit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             store.clear_rate(args.name, args.key)
         elif args.rate is not None:
             store.set_rate(args.name, args.rate, args.key)
+        if args.clear_fair:
+            store.clear_fair(args.name)
+            out.write(f"queue {args.name!r}: not fair (claims by priority and due time)\n")
+        elif args.fair:
+            shares = store.set_fair(args.name, dict(args.share or []))
+            out.write(f"queue {args.name!r}: fair share, {shares_text(shares)}\n")
         now = [q for q in store.limits() if q.queue == args.name]
         if args.rate is not None:
             out.write(f"{what}: at most {rate_text(args.rate)}\n")
@@ -123,7 +160,14 @@ def describe(limit: QueueLimit) -> str:
             parts.append(f"key {key!r} {used_text(limit.keys_used.get(key, 0), n)}")
     if limit.rates is not None:
         parts.extend(_describe_rates(limit.rates))
+    if limit.fair is not None:
+        parts.append(f"fair share ({shares_text(limit.fair)})")
     return "; ".join(parts)
+
+
+def shares_text(shares: dict[str, float]) -> str:
+    """``shares '*' 1, 'tenant:big' 3``."""
+    return "shares " + ", ".join(f"{k!r} {v:g}" for k, v in sorted(shares.items()))
 
 
 def _describe_rates(rates: QueueRates) -> list[str]:
@@ -170,4 +214,17 @@ def add_parser(qsub: Any, common: argparse.ArgumentParser) -> None:
         help="at most R claims per period, every worker: 10/s, 100/m, 1000/h, 5/30s",
     )
     p.add_argument("--clear-rate", action="store_true", help="remove the rate")
+    p.add_argument(
+        "--fair",
+        action="store_true",
+        help="claims take from the queue's keys in turn (weighted by --share), not by arrival",
+    )
+    p.add_argument(
+        "--share",
+        metavar="K=W",
+        action="append",
+        type=_share,
+        help=f"with --fair: key K's share W (default 1; {EVERY_KEY!r}: every other key)",
+    )
+    p.add_argument("--clear-fair", action="store_true", help="claims by arrival again")
     p.set_defaults(func=cmd_limit)

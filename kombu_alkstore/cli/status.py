@@ -136,7 +136,11 @@ def render_status(
     if paused:
         body += f"\npaused: claims stopped, publishes still land (resume: {RESUME_HINT})"
     for q in shown:
-        if q.keys or (q.rates is not None and (q.rates.keys or q.rates.throttled_until)):
+        if (
+            q.keys
+            or q.fair is not None
+            or (q.rates is not None and (q.rates.keys or q.rates.throttled_until))
+        ):
             body += f"\nlimits: {describe(q)}"
     return f"{head}\n{body}{warnings}"
 

@@ -93,7 +93,8 @@ class QueueLimit:
     """A queue's limits and their use now: ``limit`` (None: no queue-wide one) against
     ``used`` live claims; ``keys`` each per-key limit (``"*"``: every other key) and
     ``keys_used`` the live claims of each key that has any; ``rates`` its rate limits
-    and their use (:mod:`.rates`), None without any."""
+    and their use (:mod:`.rates`), None without any; ``fair`` its fair shares
+    (:mod:`.fair`), None when it is not fair."""
 
     queue: str
     limit: int | None
@@ -101,6 +102,7 @@ class QueueLimit:
     keys: dict[str, int] = field(default_factory=dict)
     keys_used: dict[str, int] = field(default_factory=dict)
     rates: QueueRates | None = None
+    fair: dict[str, float] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form (``status --json``, the dashboard)."""
@@ -111,6 +113,7 @@ class QueueLimit:
             "keys": dict(self.keys),
             "keys_used": dict(self.keys_used),
             "rates": None if self.rates is None else self.rates.as_dict(),
+            "fair": None if self.fair is None else dict(self.fair),
         }
 
 
@@ -198,6 +201,7 @@ class LimitStatements(Statements):
                     rates=self.rate_use(
                         r["queue"], r["rate_limits"], r["rate_wait"], r["rate_throttles"]
                     ),
+                    fair=json.loads(r["fair_shares"]) if r["fair_shares"] else None,
                 )
             )
         return found

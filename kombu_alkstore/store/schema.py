@@ -27,7 +27,8 @@ from .options import validate_identifier
 #: concurrency limits (queues.max_claimed, key_limits, jobs.limit_key); 8: acts, the
 #: operators' acts on record (append-only, store/acts.py); 9: a lapsed claim in a
 #: heartbeat's hands keeps its limited slot (PostgreSQL); 10: rate limits
-#: (queues.rate_limits, queues.rate_wait, claim_log).
+#: (queues.rate_limits, queues.rate_wait, claim_log); 11: fair share (queues.fair_shares,
+#: fair_pass, fair_vtime and the partial index jobs_fair).
 SCHEMA_VERSION = max(LATEST.values())
 if set(LATEST.values()) != {SCHEMA_VERSION}:  # a packaging defect
     raise RuntimeError(f"the engines' migrations end at different versions: {LATEST}")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..store.fair import parse_fair
 from ..store.limits import parse_limits
 from ..store.options import StoreOptions, coerce_option, is_finite_number
 from ..store.rates import parse_rates
@@ -46,7 +47,7 @@ _INSTEAD = {
 
 
 #: Transport options that are not numbers (parsed on their own).
-_NOT_NUMBERS = frozenset({"limits", "rates", "tables"})
+_NOT_NUMBERS = frozenset({"limits", "rates", "fair", "tables"})
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,9 @@ class TransportOptions:
     #: The rates of the ``limits`` option (``"rate"``, ``"key_rates"``), parsed by
     #: :func:`kombu_alkstore.store.rates.parse_rates` (not an option of its own).
     rates: Any = None
+    #: The fair queues of the ``limits`` option (``"fair"``: true or shares), parsed by
+    #: :func:`kombu_alkstore.store.fair.parse_fair` (not an option of its own).
+    fair: Any = None
     #: Tables of the service's own read as queues: ``{queue: {"table": ..., "task": ...,
     #: "columns": {role: column}, ...}}``, parsed by
     #: :func:`kombu_alkstore.tables.spec.parse_tables` (docs/tables.md).
@@ -109,7 +113,7 @@ def parse_transport_options(raw: dict[str, Any] | None) -> tuple[StoreOptions, T
     a warning naming it (it may belong to another transport the app also uses).
     """
     raw = dict(raw or {})
-    mine = {f.name: f.default for f in fields(TransportOptions) if f.name != "rates"}
+    mine = {f.name: f.default for f in fields(TransportOptions) if f.name not in ("rates", "fair")}
     store_names = StoreOptions.names()
     for key in raw:
         if key not in mine and key not in store_names and key not in _FOREIGN:
@@ -127,6 +131,7 @@ def parse_transport_options(raw: dict[str, Any] | None) -> tuple[StoreOptions, T
     if raw.get("limits") is not None:
         kwargs["limits"] = parse_limits(raw["limits"], "transport option limits")
         kwargs["rates"] = parse_rates(raw["limits"], "transport option limits")
+        kwargs["fair"] = parse_fair(raw["limits"], "transport option limits")
     if raw.get("tables") is not None:
         kwargs["tables"] = parse_tables(raw["tables"])
     for name, default in mine.items():

@@ -141,6 +141,8 @@ class Transport(virtual.Transport):
                 store.apply_limits(self.options.limits)
             if self.options.rates:
                 store.apply_rates(self.options.rates)
+            if self.options.fair:
+                store.apply_fair(self.options.fair)
             try:  # table queues: checked against their tables, refused naming a column
                 self.store = route_tables(store, self.options.tables)
             except BaseException:

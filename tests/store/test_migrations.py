@@ -46,6 +46,7 @@ OLD = {
         ("v7", 7),
         ("v8", 8),
         ("v9", 9),
+        ("v10", 10),
     ],
     "sqlite": [
         ("v1", 1),
@@ -57,10 +58,11 @@ OLD = {
         ("v7", 7),
         ("v8", 8),
         ("v9", 9),
+        ("v10", 10),
     ],
 }
 #: The fixture of the current version: what a fresh install must equal.
-CURRENT = "v10"
+CURRENT = "v11"
 CASES = [(engine, name, version) for engine, olds in OLD.items() for name, version in olds]
 IDS = [f"{engine}-{name}" for engine, name, _ in CASES]
 
@@ -295,17 +297,18 @@ def assert_rows_kept(place: Place, schema: str, path: Path | None) -> None:
 
 # -------------------------------------------------------------------------------- tests
 def test_latest_is_the_schema_version_on_every_engine():
-    assert LATEST == {"postgresql": 10, "sqlite": 10}
-    assert SCHEMA_VERSION == 10
+    assert LATEST == {"postgresql": 11, "sqlite": 11}
+    assert SCHEMA_VERSION == 11
     for engine in ENGINE_PACKAGES:
         found = migrations("alk", engine)
-        assert [m.version for m in found.migrations] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+        assert [m.version for m in found.migrations] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
         assert found.pending(None) == list(found.migrations)
-        assert [m.version for m in found.pending(1)] == [2, 3, 4, 5, 6, 7, 8, 9, 10]
-        assert [m.version for m in found.pending(7)] == [8, 9, 10]
-        assert [m.version for m in found.pending(8)] == [9, 10]
-        assert [m.version for m in found.pending(9)] == [10]
-        assert found.pending(10) == [] and found.pending(11) == []
+        assert [m.version for m in found.pending(1)] == [2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+        assert [m.version for m in found.pending(7)] == [8, 9, 10, 11]
+        assert [m.version for m in found.pending(8)] == [9, 10, 11]
+        assert [m.version for m in found.pending(9)] == [10, 11]
+        assert [m.version for m in found.pending(10)] == [11]
+        assert found.pending(11) == [] and found.pending(12) == []
 
 
 @pytest.mark.parametrize(("engine", "name", "version"), CASES, ids=IDS)
@@ -339,7 +342,7 @@ def test_fresh_install_is_the_current_layout_and_idempotent(engine, tmp_path):
         place.run(schema, path, old_script(CURRENT, engine, schema))
         assert place.layout(schema, path) == fresh
         schema, path = place.new()
-        assert place.migrate(schema, path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+        assert place.migrate(schema, path) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
         assert place.migrate(schema, path) == []
         assert place.version(schema, path) == SCHEMA_VERSION
         assert place.query(
@@ -388,9 +391,10 @@ def test_sqlite_printed_script_on_a_fresh_file_and_on_older_files(tmp_path):
     its version (``setup=False`` refuses it) until the migrations run. Since version 6
     such a file also stops the script at its last index, jobs_unique, whose column it
     lacks ("no such column"), just before the version it would not have stamped; a
-    version-6 file at jobs_limit_claimed (version 7's limit_key). A version-7, 8 or 9
-    file runs the script to its end but keeps its version: version 10 adds columns to
-    queues (rate_limits, rate_wait), which only the migrations add."""
+    version-6 file at jobs_limit_claimed (version 7's limit_key). A version-7 to 10
+    file runs the script to its end but keeps its version: versions 10 and 11 add
+    columns to queues (rate_limits, rate_wait; fair_shares, fair_pass, fair_vtime),
+    which only the migrations add."""
     place = Place("sqlite", tmp_path)
     fresh = place.fresh()
     schema, path = place.new()
@@ -405,7 +409,7 @@ def test_sqlite_printed_script_on_a_fresh_file_and_on_older_files(tmp_path):
         place.run(schema, path, old_script(name, "sqlite", schema))
         insert_rows(place, schema, path)
         if version >= 7:
-            # Version 10 adds columns to queues, which the script cannot add to an
+            # Versions 10 and 11 add columns to queues, which the script cannot add to an
             # existing table: it runs to its end (its other statements are idempotent)
             # and the version stamp, guarded by the columns, stays; the migrations add
             # them.
@@ -466,7 +470,7 @@ def test_sqlite_add_column_already_there_is_skipped(tmp_path):
         f"DROP TABLE {t.qualified(t.offers)};"
         f"UPDATE {t.qualified(t.meta)} SET value = '2' WHERE key = 'schema_version';",
     )
-    assert place.migrate(schema, path) == [3, 4, 5, 6, 7, 8, 9, 10]
+    assert place.migrate(schema, path) == [3, 4, 5, 6, 7, 8, 9, 10, 11]
     assert place.layout(schema, path) == fresh
 
 

@@ -1009,7 +1009,7 @@ RETURNING q.name
 -- name: limits_list
 -- Every queue with a limit and its live claims (LimitUse rows, store/limits.py).
 SELECT lq.name AS queue, lq.max_claimed, lq.key_limits, lq.rate_limits, lq.rate_wait,
-       lq.rate_throttles,
+       lq.rate_throttles, lq.fair_shares,
        (SELECT count(*) FROM {jobs} j
         WHERE j.queue = lq.name AND j.state = 'processing' AND j.deadline > {now})::int
          AS used
