@@ -264,3 +264,22 @@ def cli(target, *argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code = main(["-b", target.broker_url, "--schema", target.schema, *argv], out=out, err=err)
     return code, out.getvalue(), err.getvalue()
+
+
+def cli_refused(target, capsys, *argv: str) -> str:
+    """``kombu-alkstore`` run as :func:`cli` runs it, expected to refuse ``argv``: its
+    error output (argparse's usage errors included, which it writes to sys.stderr),
+    checked to be a non-zero exit without a traceback."""
+    try:
+        code, _, err = cli(target, *argv)
+    except SystemExit as exc:  # argparse: usage error, exit status 2
+        code, err = exc.code, ""
+    err += capsys.readouterr().err
+    assert code != 0
+    assert "Traceback" not in err
+    return err
+
+
+def one_error_line(err: str) -> bool:
+    """Whether ``err`` has exactly one line saying "error"."""
+    return len([line for line in err.splitlines() if "error" in line]) == 1

@@ -28,8 +28,8 @@ from .ambient import unbound
 from .backoff import retry_wait
 from .checks import check_lease_ttl, check_queue_args, is_number
 from .claims import ClaimSession
-from .health import HealthReads
 from .fair import FairStatements
+from .health import HealthReads
 from .limits import LimitStatements, limit_key_of
 from .options import StoreOptions, StoreURL, validate_name
 from .rates import RateStatements

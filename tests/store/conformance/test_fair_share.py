@@ -26,10 +26,7 @@ def _queue(store, queue: str, key: str | None, count: int, start: int = 0) -> No
     """``count`` jobs of ``key`` in ``queue``, enqueued in batches (one run_at each)."""
     for at in range(0, count, 500):
         store.enqueue_many(
-            [
-                NewJob(queue, keyed_body(key, start + n))
-                for n in range(at, min(at + 500, count))
-            ]
+            [NewJob(queue, keyed_body(key, start + n)) for n in range(at, min(at + 500, count))]
         )
 
 
@@ -159,9 +156,7 @@ def test_a_fair_queue_beside_another_limited_queue_in_one_claim(store):
     assert store.fair_shares("f") == {"*": 1.0}
 
 
-@pytest.mark.parametrize(
-    "bad", [{"*": 0}, {"A": -1}, {"A": "x"}, {"": 1}, 7, {"A": float("inf")}]
-)
+@pytest.mark.parametrize("bad", [{"*": 0}, {"A": -1}, {"A": "x"}, {"": 1}, 7, {"A": float("inf")}])
 def test_bad_shares_are_refused_in_one_line(store, bad):
     with pytest.raises(ConfigurationError) as exc:
         store.set_fair("q", bad)
