@@ -139,18 +139,22 @@ def test_limit_key_of_reads_only_envelopes_with_the_header():
     assert limit_key_of(b"not json alkstore_limit_key") is None
 
 
+@pytest.mark.parametrize("fair", [False, True], ids=["", "fair"])
 @pytest.mark.parametrize("queues", [["race"], ["race", "other"]], ids=["one", "any"])
-def test_concurrent_claimers_never_exceed_the_limit(target, opener, queues):
+def test_concurrent_claimers_never_exceed_the_limit(target, opener, queues, fair):
     """Eight claimers, each its own store (its own connections), race for a queue
     limited to 3; the claims held at once, counted as they are made and acked, never
     exceed it (PostgreSQL: limited_due locks the queue's row, then counts with a fresh
-    snapshot). On one queue (claim_one) and beside a queue without a limit (claim_any)."""
+    snapshot). On one queue (claim_one) and beside a queue without a limit (claim_any);
+    and with fair share between three keys (each job claimed once, all drained)."""
     import threading
 
     setup = opener()
     for n in range(300):
-        setup.enqueue("race", body(n=n))
+        setup.enqueue("race", body(f"k{n % 3}" if fair else None, n=n))
     setup.set_limit("race", 3)
+    if fair:
+        setup.set_fair("race", {"k0": 2})
     lock = threading.Lock()
     held = [0]
     peak = [0]
