@@ -27,7 +27,7 @@ WHERE limit_key IS NOT NULL
 -- and its n-th candidate's tag is start + (n - 1) / share. Within a fair queue the
 -- picks go by (priority DESC, tag, run_at, id) instead of (priority DESC, run_at, id);
 -- across queues, a fair queue's i-th pick competes with the run_at of its i-th job in
--- claim order ("eff"). The picks advance each group's pass (start + taken / share) and
+-- claim order ("dues"). The picks advance each group's pass (start + taken / share) and
 -- the vtime (the largest tag picked); passes not ahead of the vtime are forgotten.
 -- As in version 9 (concurrency limits, see 0007 and 0009), and rates. After the queues'
 -- row locks, "t" is read from the clock: the claim's time in claim_log. Serialised by
@@ -193,20 +193,24 @@ BEGIN
   qranked AS (
     SELECT t.*,
            row_number() OVER (PARTITION BY t.queue, t.spent
-                              ORDER BY t.priority DESC, t.s, t.run_at, t.id) AS qn,
-           row_number() OVER (PARTITION BY t.queue, t.spent
-                              ORDER BY t.priority DESC, t.run_at, t.id) AS cn
+                              ORDER BY t.priority DESC, t.s, t.run_at, t.id) AS qn
     FROM tagged t
+  ),
+  -- each queue's due times in claim order: its i-th pick competes with the i-th (once:
+  -- MATERIALIZED, or the aggregate is run again for every candidate)
+  dues AS MATERIALIZED (
+    SELECT t.queue, t.spent, array_agg(t.run_at ORDER BY t.priority DESC, t.run_at, t.id) AS ra
+    FROM tagged t GROUP BY t.queue, t.spent
   ),
   pick AS (
     SELECT r.id, r.queue, r.limit_key, r.priority, r.run_at, r.spent, r.fair, r.s
     FROM qranked r
-    JOIN qranked e ON e.queue = r.queue AND e.spent = r.spent AND e.cn = r.qn
+    JOIN dues e ON e.queue = r.queue AND e.spent = r.spent
     LEFT JOIN lroom q ON q.name = r.queue
     LEFT JOIN rroom rr ON rr.name = r.queue
     WHERE r.spent OR least(q.room, rr.cap - rr.used) IS NULL
        OR r.qn <= least(q.room, rr.cap - rr.used)
-    ORDER BY r.priority DESC, e.run_at, r.s, r.id
+    ORDER BY r.priority DESC, e.ra[r.qn], r.s, r.id
     LIMIT batch
   ),
   ftook AS (
