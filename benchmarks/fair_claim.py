@@ -59,9 +59,10 @@ def run(url: str, schema: str, fair: bool, args: argparse.Namespace) -> str:
             store.ack(got)
         times.sort()
         p90 = times[int(len(times) * 0.9)]
+        after = b_done or f"never (within {args.claims})"
         return (
             f"{'fair' if fair else 'limited'}: claim median {statistics.median(times):.2f} ms, "
-            f"p90 {p90:.2f} ms; all of B after {b_done or 'never (within ' + str(args.claims) + ')'} claims"
+            f"p90 {p90:.2f} ms; all of B after {after} claims"
         )
     finally:
         store.close()
