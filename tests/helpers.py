@@ -104,6 +104,39 @@ def worker_process(
             out.close()
 
 
+@contextmanager
+def worker_processes(
+    target,
+    record: Path,
+    workers: list[tuple[str, tuple[str, ...]]],
+    queue: str,
+    app: str,
+    logs: Path,
+    **env: str,
+) -> Iterator[list[subprocess.Popen]]:
+    """``celery worker`` subprocesses consuming ``queue``, one per ``(name, args)`` of
+    ``workers`` (named ``name@%h``, logging to ``logs/name.log``), in that order; every
+    one killed (with its children) on exit."""
+    with contextlib.ExitStack() as stack:
+        yield [
+            stack.enter_context(
+                worker_process(
+                    target,
+                    record,
+                    *args,
+                    "-n",
+                    f"{name}@%h",
+                    "-Q",
+                    queue,
+                    app=app,
+                    log=logs / f"{name}.log",
+                    **env,
+                )
+            )
+            for name, args in workers
+        ]
+
+
 def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
     """Kill a subprocess and everything in its session."""
     with contextlib.suppress(ProcessLookupError):

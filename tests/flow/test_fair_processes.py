@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from tests.helpers import make_app, read_record, wait_for, worker_process
+from tests.helpers import make_app, read_record, wait_for, worker_processes
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -42,30 +42,12 @@ def test_a_late_tenant_starts_within_the_bound_while_another_floods(target, tmp_
                 key = "tenant-a" if n < FLOOD else "tenant-b"
                 span.apply_async((n, key, 0.005), queue=QUEUE, producer=producer)
         workers = [("w1", ("-P", "prefork", "-c", "2")), ("w2", ("-P", "threads", "-c", "2"))]
-        procs = []
-        try:
-            for name, args in workers:
-                cm = worker_process(
-                    target,
-                    record,
-                    *args,
-                    "-n",
-                    f"{name}@%h",
-                    "-Q",
-                    QUEUE,
-                    app=APP,
-                    log=tmp_path / f"{name}.log",
-                    **env,
-                )
-                procs.append((cm, cm.__enter__()))
+        with worker_processes(target, record, workers, QUEUE, APP, tmp_path, **env):
 
             def b_started() -> int:
                 return sum(r[0] == "start" and r[2] == "tenant-b" for r in read_record(record))
 
             wait_for(lambda: b_started() >= FEW, 120, interval=0.2)
-        finally:
-            for cm, _ in procs:
-                cm.__exit__(None, None, None)
     starts = sorted((float(r[3]), r[2]) for r in read_record(record) if r[0] == "start")
     keys = [k for _, k in starts]
     assert keys.count("tenant-b") == FEW

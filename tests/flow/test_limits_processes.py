@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.helpers import kill_group, make_app, read_record, wait_for, worker_process
+from tests.helpers import kill_group, make_app, read_record, wait_for, worker_processes
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -94,28 +94,13 @@ def test_the_limit_holds_across_worker_processes_with_a_kill_and_a_change(target
             ("w3", ("-P", "prefork", "-c", "2")),
         ]
         killed: dict[str, float] = {}
-        procs = []
-        try:
-            for name, args in workers:
-                cm = worker_process(
-                    target,
-                    record,
-                    *args,
-                    "-n",
-                    f"{name}@%h",
-                    "-Q",
-                    QUEUE,
-                    app=APP,
-                    log=tmp_path / f"{name}.log",
-                    **env,
-                )
-                procs.append((name, cm, cm.__enter__()))
+        with worker_processes(target, record, workers, QUEUE, APP, tmp_path, **env) as procs:
 
             def ended() -> int:
                 return len({r[1] for r in read_record(record) if r[0] == "end"})
 
             wait_for(lambda: ended() >= tasks // 3, 120, interval=0.2)
-            kill_group(procs[0][2], signal.SIGKILL)
+            kill_group(procs[0], signal.SIGKILL)
             killed["w1"] = time.time()
             wait_for(lambda: ended() >= tasks // 2, 120, interval=0.2)
             store.set_limit(QUEUE, 2)  # lowered at run time
@@ -125,9 +110,6 @@ def test_the_limit_holds_across_worker_processes_with_a_kill_and_a_change(target
             finally:
                 print("counts", store.counts([QUEUE]), "limits", store.limits(), ended())
             used = store.limits()
-        finally:
-            for _, cm, _ in procs:
-                cm.__exit__(None, None, None)
     runs = intervals(record, killed)
     assert len({n for *_, n in runs}) == tasks  # every task ran (the killed ones again)
     overall = peak(runs)
