@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -20,9 +21,27 @@ def connect(path: str, busy_timeout: float, on_open: Iterable[str] = ()) -> sqli
         path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
     )
     conn.row_factory = dict_row
+    deadline = time.monotonic() + busy_timeout
     for sql in on_open:
-        conn.execute(sql)
+        _run_waiting(conn, sql, deadline)
     return conn
+
+
+def _run_waiting(conn: sqlite3.Connection, sql: str, deadline: float) -> None:
+    """Run ``sql``, retrying "database is locked" until ``deadline``: SQLite answers
+    ``PRAGMA journal_mode = WAL`` on a file another connection is switching to WAL (or
+    creating) with SQLITE_BUSY at once, without calling the busy handler, so the
+    connection's timeout does not cover it (eight processes opening one new file)."""
+    pause = 0.005
+    while True:
+        try:
+            conn.execute(sql)
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def execute(conn: sqlite3.Connection, sql: str, params: Mapping[str, Any] | None = None):
