@@ -18,7 +18,7 @@ counts against the queue's limit only.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,29 @@ def check_limit(value: Any, option: str = "limit") -> int:
     if value > 2**31 - 1:
         raise ConfigurationError(f"{option} must be below 2**31, got {value!r}")
     return value
+
+
+def parse_keyed(
+    spec: Mapping[str, Any],
+    whole: str,
+    per_key: str,
+    noun: str,
+    parse: Callable[[Any, str], Any],
+    where: str,
+) -> dict[str | None, Any]:
+    """One queue's entry of the ``limits`` option for one kind of limit: ``spec[whole]``
+    under ``None`` and each key of ``spec[per_key]`` under its key, each value read by
+    ``parse(value, where)``; a bad key, value or map is refused naming its place."""
+    entry: dict[str | None, Any] = {}
+    if spec.get(whole) is not None:
+        entry[None] = parse(spec[whole], f"{where}[{whole!r}]")
+    keys = spec.get(per_key) or {}
+    if not isinstance(keys, Mapping):
+        raise ConfigurationError(f"{where}[{per_key!r}] must map keys to {noun}, got {keys!r}")
+    for key, value in keys.items():
+        check_key(key, f"{where}[{per_key!r}] key")
+        entry[key] = parse(value, f"{where}[{per_key!r}][{key!r}]")
+    return entry
 
 
 def check_key(value: Any, option: str = KEY_HEADER) -> str | None:
@@ -141,16 +164,7 @@ def parse_limits(raw: Any, option: str = "limits") -> dict[str, dict[str | None,
                 f"{where}: unknown entries {sorted(unknown)}; use 'limit', 'keys', "
                 "'rate', 'key_rates' and 'fair'"
             )
-        entry: dict[str | None, int] = {}
-        if spec.get("limit") is not None:
-            entry[None] = check_limit(spec["limit"], f"{where}['limit']")
-        keys = spec.get("keys") or {}
-        if not isinstance(keys, Mapping):
-            raise ConfigurationError(f"{where}['keys'] must map keys to limits, got {keys!r}")
-        for key, n in keys.items():
-            check_key(key, f"{where}['keys'] key")
-            entry[key] = check_limit(n, f"{where}['keys'][{key!r}]")
-        parsed[queue] = entry
+        parsed[queue] = parse_keyed(spec, "limit", "keys", "limits", check_limit, where)
     return parsed
 
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigurationError
-from .limits import EVERY_KEY, check_key
+from .limits import EVERY_KEY, check_key, parse_keyed
 from .options import validate_name
 from .rate_values import UNITS, QueueRates, Rate, rates_of
 from .statements import Statements
@@ -87,15 +87,7 @@ def parse_rates(raw: Any, option: str = "limits") -> dict[str, dict[str | None, 
             continue
         validate_name(queue, f"{option} queue name")
         where = f"{option}[{queue!r}]"
-        entry: dict[str | None, Rate] = {}
-        if spec.get("rate") is not None:
-            entry[None] = parse_rate(spec["rate"], f"{where}['rate']")
-        keys = spec.get("key_rates") or {}
-        if not isinstance(keys, Mapping):
-            raise ConfigurationError(f"{where}['key_rates'] must map keys to rates, got {keys!r}")
-        for key, rate in keys.items():
-            check_key(key, f"{where}['key_rates'] key")
-            entry[key] = parse_rate(rate, f"{where}['key_rates'][{key!r}]")
+        entry = parse_keyed(spec, "rate", "key_rates", "rates", parse_rate, where)
         if entry:
             parsed[queue] = entry
     return parsed
