@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .brokers import ALL_BROKERS, QUICK_BROKERS, base_name, publish_only
 from .procs import POOLS, WORKER_FLAGS
+from .publishers import run_pgbench
 from .report import Results, chart, generated_block, write_markdown
 from .session import SCALING, SEND_INTERVAL, Config, Outcome, log, run_scaling, run_session
 from .tasks_module import TASKS_MODULE, TASKS_SOURCE
@@ -104,6 +105,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="directory for benchmarks.md and benchmarks.png (docs/; none in --quick)",
     )
+    p.add_argument(
+        "--pgbench-seconds",
+        type=float,
+        help="each pgbench reference run per repetition, 1 and 4 clients (10; 0: none)",
+    )
+    p.add_argument(
+        "--no-multi",
+        action="store_true",
+        help="skip the 4-concurrent-publisher measurement (a')",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write every sample as JSON")
     p.add_argument("--loglevel", default="WARNING", help="worker log level (WARNING)")
     return p.parse_args(argv)
@@ -139,6 +150,11 @@ def make_config(args: argparse.Namespace) -> Config:
         if value is not None:
             setattr(cfg, name, value)
     cfg.profile_dir = args.profile
+    cfg.multi = not args.no_multi
+    if args.pgbench_seconds is not None:
+        cfg.pgbench_seconds = args.pgbench_seconds
+    elif args.quick:
+        cfg.pgbench_seconds = 2.0
     cfg.publish_only = args.publish_only
     if args.nosync_option:
         cfg.nosync_options = dict(kv.split("=", 1) for kv in args.nosync_option)
@@ -272,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
                 cfg.revs[rev] = checkout(rev, workdir / f"rev-{rev}")
         try:
             for rep in range(1, reps + 1):
+                if cfg.pgbench_seconds > 0 and not args.scaling_only:
+                    outcomes.append(run_pgbench(rep, cfg))
                 for broker in [] if args.scaling_only else brokers:
                     # Publish-only variants: one session per repetition.
                     single = publish_only(broker) or args.publish_only

@@ -106,10 +106,17 @@ class Client:
         return reply
 
     def call(self, args: list[str], timeout: float) -> dict:
+        self.send(args)
+        return self._reply(timeout, " ".join(args))
+
+    def send(self, args: list[str]) -> None:
+        """Send a command without waiting (read its reply with :meth:`receive`)."""
         assert self.proc.stdin is not None
         self.proc.stdin.write((" ".join(args) + "\n").encode())
         self.proc.stdin.flush()
-        return self._reply(timeout, " ".join(args))
+
+    def receive(self, timeout: float, what: str) -> dict:
+        return self._reply(timeout, what)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

@@ -39,6 +39,8 @@ class Config:
     nosync_options: dict | None = None
     publish_only: bool = False  # (a) only: no worker, no scaling
     revs: dict[str, Path] = field(default_factory=dict)  # rev → checkout path
+    pgbench_seconds: float = 10.0  # each pgbench run (1 client, 4 clients) per repetition
+    multi: bool = True  # (a') 4 concurrent publishers after (a)
 
 
 @dataclass
@@ -224,6 +226,12 @@ def run_session(broker: str, pool: str, rep: int, cfg: Config, workdir: Path) ->
             out.notes.append(
                 f"publish: {n / cfg.tasks:.2f} statements/task; {kinds_delta({}, kinds)}"
             )
+        if cfg.multi:  # (a') the same tasks from 4 publishing processes at once
+            from .publishers import PUBLISHERS, concurrent_publish
+
+            log(f"[r{rep} {broker} {pool}] publish {cfg.tasks} from {PUBLISHERS} processes")
+            client_env.pop("BENCH_COUNT_SQL", None)
+            out.values["publish4"] = concurrent_publish(client, client_env, workdir, logfile, cfg)
         if "drain" not in place.phases or cfg.publish_only:
             return out
 

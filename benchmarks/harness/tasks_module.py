@@ -208,17 +208,20 @@ if "BENCH_BROKER" in os.environ:
 
 # ---------------------------------------------------------------------- the client
 def _command(argv):
-    """publish N [--no-warmup] | probe N INTERVAL: return a dict of results."""
+    """publish N [--no-warmup] [--queue Q] | probe N INTERVAL: return a dict of results."""
     what, n = argv[0], int(argv[1])
     noop, probe = app.tasks["bench.noop"], app.tasks["bench.probe"]
     out = {}
     if what == "publish":
         if "--no-warmup" not in argv:
             noop.apply_async(queue="bench-warmup")  # connect, create tables, declare
+        options = {"queue": argv[argv.index("--queue") + 1]} if "--queue" in argv else {}
+        out["start"] = time.time()
         t0 = time.perf_counter()
         for _ in range(n):
-            noop.apply_async()
+            noop.apply_async(**options)
         out["seconds"] = time.perf_counter() - t0
+        out["end"] = time.time()
     elif what == "probe":
         interval = float(argv[2])
         probe.apply_async((time.time(),), queue="bench-warmup")  # a warm connection
