@@ -328,8 +328,8 @@ LIMIT %(limit)s
 SELECT f.id, f.run_at AS was_due, f.spent
 FROM (SELECT %(queue)s::text AS name) qn
 CROSS JOIN LATERAL ({band_rows}) f
-WHERE %(queue)s <> ALL({paused})
-  AND NOT EXISTS (SELECT 1 FROM lim)
+WHERE NOT EXISTS (SELECT 1 FROM lim)
+  AND %(queue)s <> ALL({paused})
 
 -- fragment: due_any
 -- The candidates on several queues without a limit: "queue = ANY(...)" would gather and
