@@ -78,8 +78,8 @@ class StoreOptions:
     claim_floor_margin: float = 0.0
     #: PostgreSQL: with claim floors, a queue's claim walks from the head at least this
     #: often (seconds), so what a floor may have skipped unheard (a claim rolled back
-    #: elsewhere, a lapsed claim, a notification missed) waits at most this long. 0: no
-    #: claim floors, every claim walks from the head.
+    #: elsewhere, a notification missed) waits at most this long. 0: no claim floors,
+    #: every claim walks from the head.
     claim_floor_rescan: float = 10.0
 
     def __post_init__(self) -> None:

@@ -26,12 +26,15 @@ Guarantees:
     (:meth:`lower`) before its wake-up is acted on; a wake-up without a time (a dead
     letter requeued, a queue resumed) drops the queue's floors;
   - a job published with an eta already past: the same NOTIFY;
-  - a job another worker's claim locked and then rolled back, a lapsed claim (its
-    ``run_at`` is its deadline), a notification missed (no waiter, quiet mode, a lost
-    connection), anything else: every ``claim_floor_rescan`` seconds a queue's claim is
-    a full one, from the head, so such a job waits at most that long (plus the time
-    until the next claim: a wake-up or the safety-net poll) beyond its due time;
+  - a job another worker's claim locked and then rolled back, a notification missed
+    (no waiter, quiet mode, a lost connection), anything else: a queue's first claim in
+    every ``claim_floor_rescan`` seconds is a full one, from the head, so such a job
+    waits at most that long once claimable (plus the time until a claim: a wake-up or
+    the safety-net poll, whose due check walks from the head);
   - a waiter (re)starting its LISTEN drops every floor (:meth:`reset`).
+  Not behind a floor: a lapsed claim (its ``run_at`` is its deadline, after the due
+  time of every job claimed before it lapsed), a heartbeat or a retry (``run_at``
+  ahead).
 * A floor learnt from a claim never lands above a job announced, nor survives a reset,
   while that claim was in flight (see :class:`Plan`).
 * Thread-safe: one lock around the maps; nothing here does I/O.
