@@ -1,7 +1,8 @@
 """What ONE claim touches as dead rows pile up behind a pinned xmin horizon (issue 35).
 
     python benchmarks/claim_cost.py [--cycles 25000] [--every 2500] [--pending N]
-                                    [--no-pin] [--json FILE]
+                                    [--no-pin] [--no-floor] [--floor-margin S]
+                                    [--json FILE]
 
 On alkstore's PostgreSQL engine, through the Store API (``open_store``, ``publish``,
 ``claim``, ``ack``), in a private schema dropped at the end:
@@ -68,7 +69,11 @@ def _buffers(node: dict) -> int:
 def explain(conn: psycopg.Connection, store, schema: str) -> dict:
     """The claim statement under EXPLAIN ANALYZE, rolled back: what one claim touches."""
     key = claim_key([QUEUE])
-    sql, params = store._sql[key], store._params(claim_params([QUEUE], 1))
+    # What the store's claim binds now (its claim floors, since they were built; a
+    # revision before them has none).
+    bind = getattr(store, "claim_params", None)
+    bound = bind([QUEUE], 1) if bind is not None else claim_params([QUEUE], 1)
+    sql, params = store._sql[key], store._params(bound)
     try:
         doc = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params).fetchone()[0]
     finally:
@@ -76,18 +81,19 @@ def explain(conn: psycopg.Connection, store, schema: str) -> dict:
     top = doc[0]
     plan = top["Plan"]
     due = next((n for n in _nodes(plan) if n.get("Subplan Name") == "CTE due"), plan)
-    # The candidate walk: the first scan of jobs in CTE "due" (due_one's, LockRows above).
+    # The candidate walk: the scans of jobs in CTE "due" (due_one's, LockRows above: one
+    # before the claim floors; since them, one per kind of band, each run once per band).
     scans = [
         n for n in _nodes(due) if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]
     ]
-    scan = scans[0] if scans else {}
+    names = dict.fromkeys(f"{n['Node Type']} {n.get('Index Name', '')}".strip() for n in scans)
     return {
         "statement_buffers": _buffers(plan),
-        "scan": f"{scan.get('Node Type', '?')} {scan.get('Index Name', '')}".strip(),
-        "scan_buffers": _buffers(scan),
-        "scan_rows": scan.get("Actual Rows"),
-        "removed_by_filter": scan.get("Rows Removed by Filter", 0),
-        "heap_fetches": scan.get("Heap Fetches"),
+        "scan": " + ".join(names) or "?",
+        "scan_buffers": sum(_buffers(n) for n in scans),
+        "scan_rows": sum(int(n.get("Actual Rows", 0)) for n in scans),
+        "removed_by_filter": sum(int(n.get("Rows Removed by Filter", 0)) for n in scans),
+        "heap_fetches": sum(int(n.get("Heap Fetches") or 0) for n in scans),
         "execution_ms": top.get("Execution Time"),
         "planning_buffers": _buffers(top.get("Planning", {})),
     }
@@ -123,7 +129,10 @@ def run(args: argparse.Namespace) -> list[dict]:
     rows: list[dict] = []
     store = holder = stats = explainer = None
     try:
-        store = open_store(PG_URL, schema=schema)
+        extra: dict = {"claim_floor_rescan": 0} if args.no_floor else {}
+        if args.floor_margin is not None:
+            extra["claim_floor_margin"] = args.floor_margin
+        store = open_store(PG_URL, schema=schema, **extra)
         store.queue_declare(QUEUE)
         t0 = time.monotonic()
         for i in range(0, pending, 1000):
@@ -233,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=int, default=2500, help="measure every N cycles (2500)")
     p.add_argument("--pending", type=int, help="jobs filled first (cycles + 1000)")
     p.add_argument("--no-pin", action="store_true", help="the control: no pinned horizon")
+    p.add_argument("--floor-margin", type=float, help="the claim_floor_margin option (s)")
+    p.add_argument(
+        "--no-floor", action="store_true", help="claims without claim floors (claim_floor_rescan 0)"
+    )
     p.add_argument("--settle", type=float, default=11.0, help="wait before a measure (11 s)")
     p.add_argument("--json", type=Path, help="write the rows as JSON")
     p.add_argument(

@@ -48,7 +48,9 @@ def main() -> None:
             variants[key] = (sql, stripped)
         store.enqueue_many([NewJob("q", b"x" * 200) for _ in range(args.n * args.reps * 2)])
         insert_params = store._insert_params(NewJob("q", b"x" * 200).checked())
-        claim_params = {"queues": ["q"], "queue": "q", "limit": 1, **store._params({})}
+        bind = getattr(store, "claim_params", None)  # the claim floors' bands, since them
+        bound = bind(["q"], 1) if bind is not None else {"queues": ["q"], "queue": "q", "limit": 1}
+        claim_params = {**bound, **store._params({})}
         claim_params["lockspace"] = getattr(store, "lockspace", 0)
         params = {"insert": insert_params, "claim_one": claim_params}
         with psycopg.connect(PG_URL, autocommit=True) as conn:

@@ -68,6 +68,19 @@ class StoreOptions:
     #: connections that need a session of their own: a worker's ``LISTEN`` connection,
     #: which also holds the lock that marks its hand-off offers live. Empty: the broker URL.
     listen_url: str = ""
+    #: PostgreSQL: a claim starts where this process's last claim of the queue (and
+    #: priority) ended, at that job's due time less this many seconds (its claim floor),
+    #: so it does not walk the dead index entries a pinned xmin horizon keeps (see
+    #: ``store/postgres/floors.py``). A publish committed late behind it is found by its
+    #: notification, else by the next full claim (``claim_floor_rescan``); a margin finds
+    #: those within it at once even unheard, but behind a pinned horizon each claim then
+    #: visits every job claimed in that many seconds (a heap page each).
+    claim_floor_margin: float = 0.0
+    #: PostgreSQL: with claim floors, a queue's claim walks from the head at least this
+    #: often (seconds), so what a floor may have skipped unheard (a claim rolled back
+    #: elsewhere, a notification missed) waits at most this long. 0: no claim floors,
+    #: every claim walks from the head.
+    claim_floor_rescan: float = 10.0
 
     def __post_init__(self) -> None:
         validate_identifier(self.schema, "schema")
@@ -109,6 +122,12 @@ class StoreOptions:
         if self.acts_retention is not None:
             _positive(self.acts_retention, "acts_retention")
         _positive(self.pool_max_idle, "pool_max_idle")
+        for name in ("claim_floor_margin", "claim_floor_rescan"):
+            value = getattr(self, name)
+            if not is_finite_number(value) or value < 0:
+                raise ConfigurationError(
+                    f"option {name} must be a finite number >= 0, got {value!r}"
+                )
 
     @classmethod
     def names(cls) -> frozenset[str]:

@@ -5,7 +5,10 @@
 * ``store.py``: :class:`PostgresStore` (pools, statements, setup, the blocking calls).
 * ``queries.sql``: every statement, named (see ``store/sqlfile.py``); ``grants.sql``:
   a runtime role's grants; ``migrations/``: the numbered schema versions.
-* ``conninfo.py``: a URL as libpq's connection string, and its check.
+* ``conninfo.py``: a URL as libpq's connection string, and its check; the one-line
+  error for a role without privileges.
+* ``floors.py``: the claim floors, where a claim's walk of the claim index starts (no
+  psycopg: what the waiter heard and the claims claimed, per process).
 * ``session.py``: one connection in libpq pipeline mode, under both of:
 * ``claims.py``: the claim session (claims and acks answered from an event loop), and
 * ``publisher.py``: publishes confirmed later (``confirm_publish`` off).

@@ -104,14 +104,17 @@ class PostgresClaimSession(ClaimSession):
         callback: Callable[[list[Delivery] | BaseException, bool], None],
     ) -> None:
         queues = list(dict.fromkeys(queues))
+        floors = self._store.floors
+        bands, plan = floors.plan(queues)
 
         def answered(rows: Rows) -> None:
             if isinstance(rows, BaseException):
                 callback(rows, False)
             else:
+                floors.learn(plan, rows)
                 callback(*claimed_deliveries(rows))
 
-        self._send(claim_key(queues), claim_params(queues, int(limit)), answered)
+        self._send(claim_key(queues), claim_params(queues, int(limit), bands), answered)
 
     def ack(self, deliveries: Sequence[Delivery], callback: Answer) -> None:
         held = list(deliveries)

@@ -4,12 +4,15 @@ refuses a bad one at start-up (naming it) rather than retrying it as a lost conn
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg import conninfo as libpq
 from sqlalchemy.engine import URL
 
 from ...errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from ..options import StoreOptions, StoreURL
 
 #: libpq connection parameters whose value must be an integer (a bad one is refused at
 #: start, not retried as a connection error forever).
@@ -79,3 +82,17 @@ def check_url(url: URL, given: Any = None) -> None:
         raise ConfigurationError(
             f"bad database URL {url.render_as_string()!r}: {str(exc).strip()}"
         ) from None
+
+
+def privileges_missing(exc: Exception, url: StoreURL, options: StoreOptions) -> ConfigurationError:
+    """One line for a role that may not set up or use the store's tables: what
+    PostgreSQL said, and what the README says to do (not a connection error: retrying
+    cannot help)."""
+    said = str(exc).strip().splitlines()[0]
+    role = url.url.username or "this role"
+    return ConfigurationError(
+        f"PostgreSQL refused {role!r} on schema {options.schema!r} ({said}): as the "
+        f"schema's owner run `kombu-alkstore -b URL --schema {options.schema} setup "
+        f"--print --grant {role}` and apply it, then give this role the transport option "
+        "setup=False (README: PostgreSQL setup and least privilege)"
+    )

@@ -277,33 +277,66 @@ FROM {limited_due}(%(queues)s::text[], %(limit)s::int, {now}, {limit_scan}) p
 WHERE EXISTS (SELECT 1 FROM lim)
 LIMIT %(limit)s
 
+-- fragment: bands
+-- The claim's bands (postgres/floors.py): for each queue, ranges of the claim order
+-- (priorities hi down to lo; one priority: run_at from run_from), disjoint and in claim
+-- order. With no claim floor known a queue has one band, the whole order; with a floor
+-- at priority p, "priority = p AND run_at >= floor" is one band, so its scan starts past
+-- the dead index entries a pinned xmin horizon keeps before the floor.
+unnest(%(b_queue)s::text[], %(b_hi)s::smallint[], %(b_lo)s::smallint[],
+       %(b_from)s::float8[]) AS b(queue, hi, lo, run_from)
+
+-- fragment: band_walk
+-- The due rows of one band b of queue qn.name, in claim order: a scan of the claim
+-- index positioned at (queue, hi, run_from). A band of one priority (a floor's) is an
+-- equality on it, so the scan also ends at the first row not yet due; a band of several
+-- (priorities without a floor) ends below priority lo. Only one of the two runs (their
+-- first condition is a one-time filter on the band).
+SELECT * FROM (
+ SELECT j.id, j.priority, j.run_at, (j.attempts >= j.max_attempts) AS spent
+ FROM {jobs} j
+ WHERE b.hi = b.lo AND j.queue = qn.name AND j.priority = b.hi
+   AND j.run_at >= b.run_from AND j.run_at <= {now}
+   AND (j.expires_at IS NULL OR j.expires_at > {now})
+ ORDER BY j.priority DESC, j.run_at, j.id
+ LIMIT %(limit)s
+ FOR UPDATE SKIP LOCKED) one
+UNION ALL
+SELECT * FROM (
+ SELECT j.id, j.priority, j.run_at, (j.attempts >= j.max_attempts) AS spent
+ FROM {jobs} j
+ WHERE b.hi > b.lo AND j.queue = qn.name AND j.priority <= b.hi AND j.priority >= b.lo
+   AND j.run_at <= {now}
+   AND (j.expires_at IS NULL OR j.expires_at > {now})
+ ORDER BY j.priority DESC, j.run_at, j.id
+ LIMIT %(limit)s
+ FOR UPDATE SKIP LOCKED) several
+
+-- fragment: band_rows
+-- A queue's candidates (alias qn), its bands walked in order: a later band is walked
+-- only while the earlier ones did not fill the limit (a nested loop stopped by LIMIT),
+-- so the rows come in claim order.
+SELECT w.id, w.priority, w.run_at, w.spent
+FROM {bands}
+CROSS JOIN LATERAL ({band_walk}) w
+WHERE b.queue = qn.name
+LIMIT %(limit)s
+
 -- fragment: due_one
 -- The claim's candidates on one queue without a limit. "queue = %(queue)s" lets the
--- planner walk the claim index in order and stop at LIMIT.
-SELECT j.id, j.run_at AS was_due, (j.attempts >= j.max_attempts) AS spent
-FROM {jobs} j
-WHERE j.queue = %(queue)s AND j.run_at <= {now}
-  AND (j.expires_at IS NULL OR j.expires_at > {now})
+-- planner walk the claim index in order (band by band) and stop at LIMIT.
+SELECT f.id, f.run_at AS was_due, f.spent
+FROM (SELECT %(queue)s::text AS name) qn
+CROSS JOIN LATERAL ({band_rows}) f
+WHERE NOT EXISTS (SELECT 1 FROM lim)
   AND %(queue)s <> ALL({paused})
-  AND NOT EXISTS (SELECT 1 FROM lim)
-ORDER BY j.priority DESC, j.run_at, j.id
-LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED
 
 -- fragment: due_any
 -- The candidates on several queues without a limit: "queue = ANY(...)" would gather and
--- sort every due row, so the best rows of each queue (each an ordered index walk).
+-- sort every due row, so the best rows of each queue (each an ordered walk of its bands).
 SELECT c.id, c.priority, c.run_at, c.spent
 FROM unnest(%(queues)s::text[]) AS qn(name)
-CROSS JOIN LATERAL (
-  SELECT j.id, j.priority, j.run_at, (j.attempts >= j.max_attempts) AS spent
-  FROM {jobs} j
-  WHERE j.queue = qn.name AND j.run_at <= {now}
-    AND (j.expires_at IS NULL OR j.expires_at > {now})
-  ORDER BY j.priority DESC, j.run_at, j.id
-  LIMIT %(limit)s
-  FOR UPDATE SKIP LOCKED
-) c
+CROSS JOIN LATERAL ({band_rows}) c
 WHERE qn.name <> ALL({paused}) AND qn.name <> ALL(ARRAY(SELECT name FROM lim))
 
 -- fragment: claim_due

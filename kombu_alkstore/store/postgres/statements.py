@@ -21,6 +21,7 @@ from ..options import check_text_params
 from ..sqlfile import load_queries
 from ..statements import STATEMENTS
 from ..values import MAINTENANCE_JOBS, Delivery, Row
+from .floors import band_params
 
 #: The statements a claim session prepares.
 SESSION_STATEMENTS = (
@@ -137,9 +138,15 @@ def claim_key(queues: Sequence[str]) -> str:
     return "claim_one" if len(queues) == 1 else "claim_any"
 
 
-def claim_params(queues: Sequence[str], limit: int) -> dict[str, Any]:
-    """The claim statement's parameters for these (distinct, non-empty) queues."""
-    return {"queues": list(queues), "queue": queues[0], "limit": int(limit)}
+def claim_params(
+    queues: Sequence[str], limit: int, bands: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The claim statement's parameters for these (distinct, non-empty) queues, with the
+    band parameters of their claim floors (:meth:`.floors.ClaimFloors.plan`; None: no
+    floor, every queue's whole claim order)."""
+    if bands is None:
+        bands = band_params((q, {}) for q in queues)
+    return {"queues": list(queues), "queue": queues[0], "limit": int(limit), **bands}
 
 
 def claimed_deliveries(rows: Sequence[Row]) -> tuple[list[Delivery], bool]:

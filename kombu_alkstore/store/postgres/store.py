@@ -38,7 +38,9 @@ from ..values import (
     Row,
 )
 from .claims import PostgresClaimSession
+from .conninfo import privileges_missing
 from .engine import ENGINE
+from .floors import ClaimFloors
 from .publisher import PipelinedPublisher
 from .statements import (
     FAST_KEYS,
@@ -93,6 +95,8 @@ class PostgresStore(Store):
         #: The first key of the advisory locks that mark live waiters (see PostgresWaiter).
         self.lockspace = self.statements.lockspace
         self._sql = self.statements.sql
+        #: Where claims start in the claim index (floors.py); the waiter lowers them.
+        self.floors = ClaimFloors(options.claim_floor_margin, options.claim_floor_rescan)
         try:
             # One direct connection first so an unreachable database is a clear error now.
             with psycopg.connect(
@@ -109,7 +113,7 @@ class PostgresStore(Store):
                 f"cannot connect to PostgreSQL at {url.masked()}: {str(exc).strip()}"
             ) from exc
         except psycopg.errors.InsufficientPrivilege as exc:
-            raise _privileges_missing(exc, url, options) from exc
+            raise privileges_missing(exc, url, options) from exc
         self._pool = self._new_pool("durable", {})
         # Claims, acks, heartbeats and maintenance commit without waiting for the WAL
         # flush: one lost in a database crash only makes its message deliverable again,
@@ -335,12 +339,19 @@ class PostgresStore(Store):
         queues = list(dict.fromkeys(queues))
         out: list[Delivery] = []
         while len(out) < limit and queues:
-            params = claim_params(queues, int(limit) - len(out))
-            claimed, spent = claimed_deliveries(self._all(claim_key(queues), params))
+            bands, plan = self.floors.plan(queues)
+            rows = self._all(claim_key(queues), claim_params(queues, int(limit) - len(out), bands))
+            self.floors.learn(plan, rows)
+            claimed, spent = claimed_deliveries(rows)
             out += claimed
             if not spent:  # no spent job took a place: nothing more is due
                 break
         return out
+
+    def claim_params(self, queues: Sequence[str], limit: int = 1) -> dict[str, Any]:
+        """The parameters a claim of these (distinct) queues binds now, between two
+        full claims (for EXPLAIN: benchmarks/claim_cost.py); changes nothing."""
+        return claim_params(queues, limit, self.floors.plan(queues, peek=True)[0])
 
     def session(self) -> PostgresClaimSession:
         conn = psycopg.connect(
@@ -576,19 +587,3 @@ class PostgresStore(Store):
         cur = conn.cursor(row_factory=dict_row)
         row = cur.execute(self._sql["identify"], {"jobs": self.names["jobs"]}).fetchone()
         return (row["database"], row["jobs"], row["started"]) if row else ("?", None, None)
-
-
-def _privileges_missing(
-    exc: psycopg.errors.InsufficientPrivilege, url: StoreURL, options: StoreOptions
-) -> ConfigurationError:
-    """One line for a role that may not set up or use the store's tables: what
-    PostgreSQL said, and what the README says to do (not a connection error: retrying
-    cannot help)."""
-    said = str(exc).strip().splitlines()[0]
-    role = url.url.username or "this role"
-    return ConfigurationError(
-        f"PostgreSQL refused {role!r} on schema {options.schema!r} ({said}): as the "
-        f"schema's owner run `kombu-alkstore -b URL --schema {options.schema} setup "
-        f"--print --grant {role}` and apply it, then give this role the transport option "
-        "setup=False (README: PostgreSQL setup and least privilege)"
-    )

@@ -57,6 +57,9 @@ class PostgresWaiter(Waiter):
         self._listen(self._handoff_channel)
         # Offers left by an earlier backend with the same pid are not ours.
         self._run("withdraw_offers", {"pid": self._pid})
+        # What was announced before this LISTEN (a reconnect) went unheard: claims
+        # start from the head again (floors.py).
+        store.floors.reset()
 
     def _run(self, key: str, params: dict | None = None) -> psycopg.Cursor:
         statements = self._statements
@@ -71,6 +74,8 @@ class PostgresWaiter(Waiter):
         # LISTEN takes effect at its commit (autocommit: on return); notifications read
         # during the round trip wait in the connection for the next poll().
         self._listen(self._statements.channel, on)
+        if on:  # what was announced while not listening went unheard (floors.py)
+            self._store.floors.reset()
         return True
 
     @property
@@ -97,6 +102,9 @@ class PostgresWaiter(Waiter):
                     wake.routing = True
                     continue
                 run_at, queue = payload
+                # A job committed late or due in the past may be behind this process's
+                # claim floor: the floor goes below it before the wake-up is acted on.
+                self._store.floors.lower(queue, run_at)
             except (ValueError, TypeError):
                 wake.any = True
                 continue

@@ -1,0 +1,189 @@
+"""Claim floors: claims that start past the dead index entries a pinned horizon keeps.
+
+A claim walks the claim index ``jobs_claim (queue, priority DESC, run_at, id)`` in order.
+Each claim (an UPDATE moving ``run_at`` ahead) and each ack (a DELETE) leaves a dead
+entry at the head of that order, and while the xmin horizon is pinned (a session idle in
+transaction, long readers) VACUUM cannot remove them: a walk from the head visits them
+all, its cost growing with every job done (docs/benchmarks.md, "What one claim touches
+behind a pinned horizon").
+
+:class:`ClaimFloors` keeps, per process and store, a floor per (queue, priority): the
+``run_at`` the last job this process claimed at that priority was due at, less
+``claim_floor_margin`` seconds. A claim's candidate scan is then a list of *bands* in
+claim order, each one positioned index scan (``due_one``/``due_any`` in queries.sql):
+for each priority with a floor, ``priority = p AND run_at >= floor``; between and around
+them, the priorities without one from their head. A queue without a floor has one band,
+the whole order (the claim as it was).
+
+Guarantees:
+
+* Claim order is kept, except that a job of a floored priority due before its floor is
+  not seen until the floor moves below it: the bands are disjoint, in order
+  ``priority DESC, run_at, id``, and each walks its range in index order.
+* What can land behind a floor, and what finds it:
+  - a publish committed late (a transactional publish, a slow insert): its NOTIFY
+    carries its ``run_at``, and the store's waiter lowers that queue's floors below it
+    (:meth:`lower`) before its wake-up is acted on; a wake-up without a time (a dead
+    letter requeued, a queue resumed) drops the queue's floors;
+  - a job published with an eta already past: the same NOTIFY;
+  - a job another worker's claim locked and then rolled back, a notification missed
+    (no waiter, quiet mode, a lost connection), anything else: a queue's first claim in
+    every ``claim_floor_rescan`` seconds is a full one, from the head, so such a job
+    waits at most that long once claimable (plus the time until a claim: a wake-up or
+    the safety-net poll, whose due check walks from the head);
+  - a waiter (re)starting its LISTEN drops every floor (:meth:`reset`).
+  Not behind a floor: a lapsed claim (its ``run_at`` is its deadline, after the due
+  time of every job claimed before it lapsed), a heartbeat or a retry (``run_at``
+  ahead).
+* A floor learnt from a claim never lands above a job announced, nor survives a reset,
+  while that claim was in flight (see :class:`Plan`).
+* Thread-safe: one lock around the maps; nothing here does I/O.
+* ``claim_floor_rescan`` 0 disables floors: every claim is the full walk.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+#: The bounds of a band over every priority (``jobs.priority`` is a SMALLINT).
+TOP, BOTTOM = 32767, -32768
+#: A band without a floor starts at the head of its priorities.
+HEAD = float("-inf")
+
+
+class Plan:
+    """One claim's floors in flight: the lowerings and resets heard while it runs cap
+    what it learns (:meth:`ClaimFloors.learn`), so a floor learnt from a claim never
+    lands above a job announced meanwhile."""
+
+    __slots__ = ("queues", "caps", "void", "__weakref__")
+
+    def __init__(self, queues: Sequence[str]) -> None:
+        self.queues = frozenset(queues)
+        #: queue -> the highest floor it may learn (a job announced meanwhile).
+        self.caps: dict[str, float] = {}
+        #: A reset was heard meanwhile: it learns nothing.
+        self.void = False
+
+
+def bands(floors: Mapping[int, float]) -> list[tuple[int, int, float]]:
+    """The bands (highest priority, lowest priority, run_at from) of one queue with
+    these floors (priority: run_at), in claim order, covering every priority once."""
+    out: list[tuple[int, int, float]] = []
+    above = TOP
+    for priority in sorted(floors, reverse=True):
+        if priority < above:
+            out.append((above, priority + 1, HEAD))
+        out.append((priority, priority, floors[priority]))
+        above = priority - 1
+    if above >= BOTTOM:
+        out.append((above, BOTTOM, HEAD))
+    return out
+
+
+def band_params(per_queue: Iterable[tuple[str, Mapping[int, float]]]) -> dict[str, Any]:
+    """The ``bands`` fragment's parameters (queries.sql) for each queue's floors."""
+    params: dict[str, list] = {"b_queue": [], "b_hi": [], "b_lo": [], "b_from": []}
+    for queue, floors in per_queue:
+        for hi, lo, run_from in bands(floors):
+            params["b_queue"].append(queue)
+            params["b_hi"].append(hi)
+            params["b_lo"].append(lo)
+            params["b_from"].append(run_from)
+    return params
+
+
+class ClaimFloors:
+    """The claim floors of one store in one process (see the module docstring)."""
+
+    def __init__(
+        self, margin: float, rescan: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.margin = float(margin)
+        self.rescan = float(rescan)
+        self.enabled = self.rescan > 0
+        self._clock = clock
+        self._lock = threading.Lock()
+        #: queue -> {priority: run_at from}
+        self._floors: dict[str, dict[int, float]] = {}
+        #: queue -> when (``clock``) its last full claim was bound.
+        self._full_at: dict[str, float] = {}
+        #: The claims in flight (a claim that failed is forgotten with its plan).
+        self._flying: weakref.WeakSet[Plan] = weakref.WeakSet()
+
+    def plan(self, queues: Sequence[str], peek: bool = False) -> tuple[dict[str, Any], Plan]:
+        """The band parameters of a claim of ``queues`` and its :class:`Plan`. A queue
+        whose last full claim is ``rescan`` seconds old (or never was) gets the full
+        walk now, and that time is noted (not when ``peek``: what a floored claim binds,
+        for EXPLAIN; its plan learns nothing)."""
+        plan = Plan(queues)
+        if not self.enabled:
+            return band_params((q, {}) for q in queues), plan
+        with self._lock:
+            now = self._clock()
+            chosen: list[tuple[str, Mapping[int, float]]] = []
+            for queue in queues:
+                floors = self._floors.get(queue, {})
+                due = now - self._full_at.get(queue, -self.rescan - 1.0) >= self.rescan
+                if due and not peek:
+                    self._full_at[queue] = now
+                    floors = {}
+                chosen.append((queue, dict(floors)))
+            if not peek:
+                self._flying.add(plan)
+        return band_params(chosen), plan
+
+    def learn(self, plan: Plan, rows: Iterable[Mapping[str, Any]]) -> None:
+        """A claim's rows (queue, priority, was_due): each (queue, priority) claimed
+        gets the floor of its last job in claim order, ``was_due`` less the margin, or
+        lower if a job announced while the claim ran was due earlier."""
+        if not self.enabled:
+            return
+        last: dict[tuple[str, int], float] = {}
+        for row in rows:
+            if row.get("id") is None or row.get("was_due") is None:
+                continue
+            key = (row["queue"], int(row["priority"]))
+            last[key] = max(last.get(key, HEAD), float(row["was_due"]))
+        with self._lock:
+            self._flying.discard(plan)
+            if plan.void:
+                return
+            for (queue, priority), was_due in last.items():
+                if queue in plan.queues:
+                    floor = min(was_due - self.margin, plan.caps.get(queue, was_due))
+                    self._floors.setdefault(queue, {})[priority] = floor
+
+    def lower(self, queue: str, run_at: float | None) -> None:
+        """A job of ``queue`` due at ``run_at`` was announced (None: at once, time
+        unknown): every floor of the queue goes below it, and so does every floor the
+        claims in flight will learn (None: the queue's floors are dropped)."""
+        with self._lock:
+            if run_at is None:
+                self._floors.pop(queue, None)
+                below = HEAD
+            else:
+                below = float(run_at) - self.margin
+                for priority, floor in (self._floors.get(queue) or {}).items():
+                    if floor > below:
+                        self._floors[queue][priority] = below
+            for plan in self._flying:
+                if queue in plan.queues:
+                    plan.caps[queue] = min(plan.caps.get(queue, below), below)
+
+    def reset(self) -> None:
+        """Drop every floor, and those the claims in flight would learn (a waiter
+        (re)started listening: what was announced while none listened is unknown)."""
+        with self._lock:
+            self._floors.clear()
+            for plan in self._flying:
+                plan.void = True
+
+    def snapshot(self) -> dict[str, dict[int, float]]:
+        """The floors now, by queue and priority (for tests and diagnostics)."""
+        with self._lock:
+            return {q: dict(f) for q, f in self._floors.items()}

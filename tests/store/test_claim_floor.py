@@ -1,0 +1,266 @@
+"""Claim floors (issue 35, ``store/postgres/floors.py``): behind a pinned xmin horizon a
+claim's candidate scan does not grow with the dead rows left at the head of the claim
+order, and what lands behind a floor is still claimed, in claim order.
+
+A real PostgreSQL (this machine's runs with ``autovacuum = off``); each test in its own
+schema. The cost is counted, not timed: the shared buffers of the claim's candidate
+scans (``EXPLAIN (ANALYZE, BUFFERS)`` of the store's own claim statement, with the
+parameters it binds now, in a transaction rolled back), as benchmarks/claim_cost.py
+measures them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from kombu_alkstore.store import NewJob
+from kombu_alkstore.store.ambient import bound_connection
+from kombu_alkstore.store.postgres.floors import ClaimFloors
+from kombu_alkstore.store.postgres.statements import claim_key
+
+BODY = b'{"body": "floor"}'
+
+
+def _nodes(plan: dict) -> Iterator[dict]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+def scan_buffers(conn: psycopg.Connection, store, queue: str) -> int:
+    """Shared buffers (hit + read) of the scans of ``jobs`` that find a claim's
+    candidates (the CTE "due" of ``claim_one``), as the store would claim now."""
+    sql = store._sql[claim_key([queue])]
+    params = store._params(store.claim_params([queue], 1))
+    try:
+        (doc,) = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params).fetchone()
+    finally:
+        conn.rollback()
+    (due,) = [n for n in _nodes(doc[0]["Plan"]) if n.get("Subplan Name") == "CTE due"]
+    scans = [n for n in _nodes(due) if n.get("Relation Name") == "jobs"]
+    assert scans and all(n.get("Index Name") == "jobs_claim" for n in scans), scans
+    return sum(int(n["Shared Hit Blocks"]) + int(n["Shared Read Blocks"]) for n in scans)
+
+
+def cycles(store, queue: str, n: int) -> None:
+    """n publish + claim + ack cycles, one job each: each claim takes the oldest job."""
+    for _ in range(n):
+        store.publish([NewJob(queue, BODY)])
+        (got,) = store.claim([queue], 1)
+        assert store.ack([got]) == {got.id}
+
+
+def test_claim_cost_does_not_grow_with_dead_rows_behind_a_pinned_horizon(pg_target):
+    """With floors (the default) the candidate scan after 3,000 cycles (~6,000 dead rows
+    the horizon keeps) reads about what it read at none; without them (rescan 0) the
+    same measure grows, so the test can fail."""
+    url = pg_target.url
+    with (
+        pg_target.open() as floored,
+        pg_target.open(claim_floor_rescan=0) as plain,
+        psycopg.connect(url, autocommit=True) as admin,
+        psycopg.connect(url) as explain,
+        psycopg.connect(url) as pin,
+    ):
+        runs = {"on": floored, "off": plain}
+        for queue, store in runs.items():
+            store.enqueue_many([NewJob(queue, BODY) for _ in range(5)])
+        # A table the size of a working queue's (a tiny one is scanned whole, in any order).
+        floored.enqueue_many([NewJob("other", BODY) for _ in range(5000)])
+        admin.execute(f'VACUUM ANALYZE "{pg_target.schema}".jobs')
+        pin.execute("SELECT txid_current()")  # holds an XID, idle in transaction
+        measured = {}
+        for queue, store in runs.items():
+            cycles(store, queue, 1)  # a floor now (with floors): the first claim's
+            base = scan_buffers(explain, store, queue)
+            cycles(store, queue, 3000)
+            measured[queue] = (base, scan_buffers(explain, store, queue))
+        admin.execute(f'VACUUM "{pg_target.schema}".jobs')  # removes nothing: pinned
+        dead = admin.execute(
+            "SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = %s AND relname = 'jobs'",
+            (pg_target.schema,),
+        ).fetchone()[0]
+        assert dead >= 10_000, dead  # the horizon was pinned: 2 dead versions a cycle
+        (on_base, on_after), (off_base, off_after) = measured["on"], measured["off"]
+        print("claim scan buffers (at 1 cycle, after 3,001):", measured)
+        assert on_after <= on_base + 10, measured
+        assert off_after >= off_base + 40, measured  # the head walk this test guards
+
+
+@pytest.fixture
+def floored(pg_target):
+    """A store whose claims use floors, one queue "q" declared."""
+    with pg_target.open() as store:
+        store.queue_declare("q")
+        yield store
+
+
+def _move_floor(store, queue: str = "q", n: int = 3) -> None:
+    """n jobs published and claimed: the queue's floor is past them."""
+    store.enqueue_many([NewJob(queue, BODY) for _ in range(n)])
+    got = store.claim([queue], n)
+    assert len(got) == n
+    store.ack(got)
+    assert store.floors.snapshot()[queue]
+
+
+def _late_publish(store, pg_target, queue: str = "q") -> tuple[psycopg.Connection, float]:
+    """A job published inside a caller's transaction left open (its run_at is its
+    insert's time); returns the open connection and that time."""
+    conn = psycopg.connect(pg_target.url)
+    with bound_connection(conn):
+        store.publish([NewJob(queue, b"late")])
+    (run_at,) = conn.execute(
+        f'SELECT run_at FROM "{pg_target.schema}".jobs WHERE body = %s', (b"late",)
+    ).fetchone()
+    return conn, run_at
+
+
+def test_a_late_commit_behind_the_floor_is_claimed_once_its_notification_is_read(
+    floored, pg_target
+):
+    waiter = floored.waiter()
+    try:
+        conn, run_at = _late_publish(floored, pg_target)
+        time.sleep(0.3)  # past the margin
+        _move_floor(floored)
+        assert min(floored.floors.snapshot()["q"].values()) > run_at
+        conn.commit()  # the late job lands behind the floor; its NOTIFY is sent now
+        conn.close()
+        assert floored.claim(["q"], 1) == []  # the floor hides it until heard ...
+        waiter.wait(5)  # ... the store's waiter reads [run_at, "q"]: the floor goes below
+        (got,) = floored.claim(["q"], 1)
+        assert got.body == b"late"
+    finally:
+        waiter.close()
+
+
+def test_a_late_commit_unheard_is_claimed_by_the_periodic_full_claim(pg_target):
+    with pg_target.open(claim_floor_rescan=1.0) as store:  # no waiter: nothing is heard
+        store.queue_declare("q")
+        conn, _ = _late_publish(store, pg_target)
+        time.sleep(0.3)
+        _move_floor(store)
+        conn.commit()
+        conn.close()
+        assert store.claim(["q"], 1) == []
+        time.sleep(1.1)  # the queue's next claim walks from the head
+        (got,) = store.claim(["q"], 1)
+        assert got.body == b"late"
+
+
+def test_a_higher_priority_published_after_the_floor_moved_is_claimed_first(floored):
+    _move_floor(floored)
+    floored.enqueue_many([NewJob("q", b"low-a"), NewJob("q", b"low-b")])
+    (got,) = floored.claim(["q"], 1)
+    assert got.body == b"low-a"  # priority 0 has a floor now
+    floored.ack([got])
+    floored.enqueue_many([NewJob("q", b"mid", priority=5), NewJob("q", b"high", priority=9)])
+    got = floored.claim(["q"], 2)
+    assert [d.body for d in got] == [b"high", b"mid"]
+    floored.ack(got)
+    # priorities 9, 5 and 0 have floors: a 5 published now still comes before the 0
+    floored.enqueue_many([NewJob("q", b"mid-2", priority=5)])
+    got = floored.claim(["q"], 2)
+    assert [d.body for d in got] == [b"mid-2", b"low-b"]
+    assert set(floored.floors.snapshot()["q"]) == {0, 5, 9}
+
+
+def test_a_job_with_an_eta_in_the_past_is_claimed(floored):
+    waiter = floored.waiter()
+    try:
+        _move_floor(floored)
+        past = floored.now() - 3600
+        floored.publish([NewJob("q", b"overdue", run_at=past)])
+        waiter.wait(5)  # its NOTIFY carries its run_at, an hour before the floor
+        (got,) = floored.claim(["q"], 1)
+        assert got.body == b"overdue"
+    finally:
+        waiter.close()
+
+
+def test_claims_of_several_queues_keep_each_queues_floor(floored):
+    floored.queue_declare("r")
+    _move_floor(floored, "q")
+    _move_floor(floored, "r")
+    floored.enqueue_many([NewJob("r", b"r1", priority=3), NewJob("q", b"q1")])
+    got = floored.claim(["q", "r"], 5)
+    assert [d.body for d in got] == [b"r1", b"q1"]
+
+
+def test_the_claim_session_uses_and_learns_floors(floored):
+    session = floored.session()
+    try:
+        floored.enqueue_many([NewJob("q", b"s1"), NewJob("q", b"s2")])
+        answers = []
+        session.claim(["q"], 1, lambda got, more: answers.append(got))
+        session.wait()
+        assert [d.body for d in answers[0]] == [b"s1"]
+        assert floored.floors.snapshot()["q"]
+        session.claim(["q"], 1, lambda got, more: answers.append(got))
+        session.wait()
+        assert [d.body for d in answers[1]] == [b"s2"]
+    finally:
+        session.close()
+
+
+# ClaimFloors alone: what it binds and learns, without a database.
+
+
+def _bands(params: dict) -> list[tuple]:
+    return list(zip(params["b_hi"], params["b_lo"], params["b_from"], strict=True))
+
+
+def test_floors_bind_disjoint_bands_in_claim_order():
+    clock = [100.0]
+    floors = ClaimFloors(margin=0.5, rescan=10.0, clock=lambda: clock[0])
+    params, plan = floors.plan(["q"])  # never a full claim yet: one band, all of it
+    assert _bands(params) == [(32767, -32768, float("-inf"))]
+    floors.learn(plan, [{"id": 1, "queue": "q", "priority": 5, "was_due": 50.0}])
+    floors.learn(plan, [{"id": 2, "queue": "q", "priority": 0, "was_due": 60.0}])
+    params, plan = floors.plan(["q"])
+    inf = float("-inf")
+    assert _bands(params) == [
+        (32767, 6, inf),
+        (5, 5, 49.5),
+        (4, 1, inf),
+        (0, 0, 59.5),
+        (-1, -32768, inf),
+    ]
+    clock[0] += 10  # the rescan is due: one full band, noted
+    params, _ = floors.plan(["q"])
+    assert len(params["b_hi"]) == 1
+    assert len(floors.plan(["q"])[0]["b_hi"]) == 5
+
+
+def test_a_lowering_heard_during_a_claim_caps_what_it_learns():
+    floors = ClaimFloors(margin=0.0, rescan=10.0)
+    floors.plan(["q"])  # the full claim
+    _, plan = floors.plan(["q"])
+    floors.lower("q", 40.0)  # a late job announced while the claim runs
+    floors.learn(plan, [{"id": 1, "queue": "q", "priority": 0, "was_due": 70.0}])
+    assert floors.snapshot() == {"q": {0: 40.0}}
+    floors.lower("q", 30.0)  # after it: the floor itself goes down
+    assert floors.snapshot() == {"q": {0: 30.0}}
+    floors.lower("q", 90.0)  # a job after the floor: nothing changes
+    assert floors.snapshot() == {"q": {0: 30.0}}
+    _, plan = floors.plan(["q"])
+    floors.reset()  # a waiter listens anew: claims in flight learn nothing
+    floors.learn(plan, [{"id": 2, "queue": "q", "priority": 0, "was_due": 80.0}])
+    assert floors.snapshot() == {}
+    _, plan = floors.plan(["q"])
+    floors.lower("q", None)  # announced without a time: the queue's floors go
+    floors.learn(plan, [{"id": 3, "queue": "q", "priority": 0, "was_due": 80.0}])
+    assert floors.snapshot() == {"q": {0: float("-inf")}}
+
+
+def test_rescan_zero_binds_the_whole_order_and_learns_nothing():
+    floors = ClaimFloors(margin=0.1, rescan=0.0)
+    params, plan = floors.plan(["q", "r"])
+    assert params["b_queue"] == ["q", "r"] and params["b_hi"] == [32767, 32767]
+    floors.learn(plan, [{"id": 1, "queue": "q", "priority": 0, "was_due": 1.0}])
+    assert floors.snapshot() == {}
