@@ -11,6 +11,9 @@ measures them.
 
 from __future__ import annotations
 
+import os
+import select
+import signal
 import time
 from collections.abc import Iterator
 
@@ -264,3 +267,30 @@ def test_rescan_zero_binds_the_whole_order_and_learns_nothing():
     assert params["b_queue"] == ["q", "r"] and params["b_hi"] == [32767, 32767]
     floors.learn(plan, [{"id": 1, "queue": "q", "priority": 0, "was_due": 1.0}])
     assert floors.snapshot() == {}
+
+
+def test_a_forked_child_starts_with_a_free_lock_and_no_floors():
+    floors = ClaimFloors(margin=0.0, rescan=10.0)
+    params, plan = floors.plan(["q"])
+    floors.learn(plan, [{"id": 1, "queue": "q", "priority": 0, "was_due": 5.0}])
+    read, write = os.pipe()
+    with floors._lock:  # another thread inside the floors when the fork comes
+        pid = os.fork()
+        if pid == 0:  # the child: a claim plans at once, from the head
+            try:
+                params, _ = floors.plan(["q"])
+                ok = floors.snapshot() == {} and params["b_from"] == [float("-inf")]
+                os.write(write, b"1" if ok else b"0")
+            finally:
+                os._exit(0)
+    os.close(write)
+    try:
+        answered = select.select([read], [], [], 10)[0]
+        assert answered, "the child hung on the lock held at fork"
+        assert os.read(read, 1) == b"1"
+    finally:
+        os.close(read)
+        if not answered:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert floors.snapshot() == {"q": {0: 5.0}}

@@ -37,12 +37,14 @@ Guarantees:
   ahead).
 * A floor learnt from a claim never lands above a job announced, nor survives a reset,
   while that claim was in flight (see :class:`Plan`).
-* Thread-safe: one lock around the maps; nothing here does I/O.
+* Thread-safe: one lock around the maps; nothing here does I/O. A forked child gets a
+  new lock and no floors (the fork may have come while another thread held the lock).
 * ``claim_floor_rescan`` 0 disables floors: every claim is the full walk.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -114,6 +116,13 @@ class ClaimFloors:
         self._full_at: dict[str, float] = {}
         #: The claims in flight (a claim that failed is forgotten with its plan).
         self._flying: weakref.WeakSet[Plan] = weakref.WeakSet()
+        _ALL.add(self)
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+        self._floors.clear()
+        self._full_at.clear()
+        self._flying = weakref.WeakSet()
 
     def plan(self, queues: Sequence[str], peek: bool = False) -> tuple[dict[str, Any], Plan]:
         """The band parameters of a claim of ``queues`` and its :class:`Plan`. A queue
@@ -187,3 +196,16 @@ class ClaimFloors:
         """The floors now, by queue and priority (for tests and diagnostics)."""
         with self._lock:
             return {q: dict(f) for q, f in self._floors.items()}
+
+
+#: Every ClaimFloors of this process: a forked child starts each afresh.
+_ALL: weakref.WeakSet[ClaimFloors] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for floors in list(_ALL):
+        floors._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
