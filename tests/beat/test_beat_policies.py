@@ -43,7 +43,10 @@ def test_catch_up_policy_fires_64_1_or_0_of_the_missed_boundaries(
     env = {"ALKSTORE_BEAT_CATCH_UP": default} if default else {}
     with beat_process(target, tmp_path / "record", log, **env):
         found = wait_for(lambda: _NEXT.search(log_text(log)), timeout=30)
-    resumed = _epoch(found.group(1))  # the first boundary after the catch-up tick
+        resumed = _epoch(found.group(1))  # the first boundary after the catch-up tick
+        # The line is logged inside the tick's transaction: stop the beat only once that
+        # has committed (the advance to `resumed` commits with the jobs it published).
+        wait_for(lambda: store.schedule_get("late").next_at >= resumed, timeout=30)
     fired = sorted(b for b in queued_boundaries(store, name="late") if b < resumed)
     assert len(fired) == expected, (fired, log_text(log)[-2000:])
     if policy == "replay":
