@@ -122,12 +122,8 @@ class StoreOptions:
         if self.acts_retention is not None:
             _positive(self.acts_retention, "acts_retention")
         _positive(self.pool_max_idle, "pool_max_idle")
-        for name in ("claim_floor_margin", "claim_floor_rescan"):
-            value = getattr(self, name)
-            if not is_finite_number(value) or value < 0:
-                raise ConfigurationError(
-                    f"option {name} must be a finite number >= 0, got {value!r}"
-                )
+        _non_negative(self.claim_floor_margin, "claim_floor_margin")
+        _non_negative(self.claim_floor_rescan, "claim_floor_rescan")
 
     @classmethod
     def names(cls) -> frozenset[str]:
@@ -174,6 +170,11 @@ def is_finite_number(value: Any) -> bool:
 def _positive(value: Any, name: str) -> None:
     if not is_finite_number(value) or not value > 0:
         raise ConfigurationError(f"option {name} must be a positive, finite number, got {value!r}")
+
+
+def _non_negative(value: Any, name: str) -> None:
+    if not is_finite_number(value) or value < 0:
+        raise ConfigurationError(f"option {name} must be a finite number >= 0, got {value!r}")
 
 
 def validate_identifier(value: Any, what: str) -> str:
