@@ -49,6 +49,16 @@ UPDATE {meta} SET value = (value::bigint + 1)::text
 WHERE key = 'routing_version' AND EXISTS (SELECT 1 FROM changed)
 RETURNING pg_notify(%(channel)s, '"routing"')
 
+-- fragment: offers_open
+-- True while the offers table is small enough for a publish to read: an offer and a
+-- hand-off each UPDATE their row, so behind a pinned xmin horizon (a session idle in
+-- transaction, long readers) its dead versions pile up and a publish would read every
+-- one. Past this size (8 pages, ~700 row versions) publishes look for no offer and
+-- registers withdraw instead (jobs are announced and claimed as usual), until a VACUUM
+-- once the horizon moves on truncates the emptied table. One syscall, once per
+-- statement (an uncorrelated subquery: a one-time filter).
+(SELECT pg_relation_size(%(offers_rel)s::regclass) <= 8 * current_setting('block_size')::int)
+
 -- fragment: offer_dead
 -- True for an offer (alias o) whose waiter is dead: a live one holds this lock
 -- (see postgres/waiter.py).
@@ -138,13 +148,16 @@ DELETE FROM {offers} WHERE pid = %(pid)s
 -- name: register
 -- The offer of an idle channel (see "insert"): one row, its slots shared by all its
 -- queues; no queues withdraws it.
-WITH gone AS (
+-- While the table is too big to read (see offers_open) an offer is withdrawn instead.
+WITH g AS (SELECT {offers_open} AS open),
+gone AS (
   DELETE FROM {offers}
-  WHERE pid = %(pid)s AND chan = %(chan)s AND cardinality(%(queues)s::text[]) = 0
+  WHERE pid = %(pid)s AND chan = %(chan)s
+    AND (cardinality(%(queues)s::text[]) = 0 OR NOT (SELECT open FROM g))
 )
 INSERT INTO {offers} (pid, chan, queues, slots)
 SELECT %(pid)s, %(chan)s, %(queues)s::text[], %(slots)s
-WHERE cardinality(%(queues)s::text[]) > 0
+FROM g WHERE g.open AND cardinality(%(queues)s::text[]) > 0
 ON CONFLICT (pid, chan) DO UPDATE SET queues = EXCLUDED.queues, slots = EXCLUDED.slots
 
 -- name: insert
@@ -165,7 +178,8 @@ w AS (
   UPDATE {offers} w SET slots = w.slots - 1
   FROM (
     SELECT o.pid, o.chan FROM {offers} o, v
-    WHERE %(handoff)s::boolean AND %(queue)s = ANY(o.queues) AND o.slots > 0
+    WHERE %(handoff)s::boolean AND {offers_open}
+      AND %(queue)s = ANY(o.queues) AND o.slots > 0
       AND v.run_at <= v.now AND (v.expires_at IS NULL OR v.expires_at > v.now)
       AND octet_length(json_build_array(%(queue)s::text, %(msg_id)s::text,
             encode(%(body)s::bytea, 'base64'))::text) <= {handoff_max_bytes}

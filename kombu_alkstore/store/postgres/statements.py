@@ -88,6 +88,8 @@ class PostgresStatements:
         self.channel = f"alkstore_{schema}"
         #: The first key of the advisory locks that mark live waiters (see PostgresWaiter).
         self.lockspace = zlib.crc32(self.channel.encode()) & 0x7FFFFFFF
+        #: The offers table, whose size gates the hand-off (``offers_open``).
+        self.offers = names["offers"]
         self.sql: dict[str, str] = load_queries(
             __package__,
             ("queries.sql", "acts.sql"),
@@ -96,10 +98,15 @@ class PostgresStatements:
         )
 
     def params(self, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """``params`` as a statement binds them: with the channel and the lockspace
-        (psycopg ignores unused keys), every text value checked (a NUL or a lone
-        surrogate is refused by name, before anything is sent)."""
-        args = {"channel": self.channel, "lockspace": self.lockspace, **(params or {})}
+        """``params`` as a statement binds them: with the channel, the lockspace and the
+        offers table's name (psycopg ignores unused keys), every text value checked (a
+        NUL or a lone surrogate is refused by name, before anything is sent)."""
+        args = {
+            "channel": self.channel,
+            "lockspace": self.lockspace,
+            "offers_rel": self.offers,
+            **(params or {}),
+        }
         check_text_params(args)
         return args
 

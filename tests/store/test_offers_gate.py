@@ -1,0 +1,135 @@
+"""The hand-off's gate (issue 35, ``offers_open`` in postgres/queries.sql): behind a
+pinned xmin horizon the offers table's dead versions pile up (each offer and each
+hand-off is an UPDATE), and every publish would read them all. Past a few pages a
+publish looks for no offer and a register withdraws; a VACUUM once the horizon moves on
+truncates the emptied table and the hand-off resumes.
+
+A real PostgreSQL (this machine's runs with ``autovacuum = off``), a real waiter and
+claim session; each test in its own schema. Counted, not timed: the shared buffers the
+publish statement reads from ``offers`` (``EXPLAIN (ANALYZE, BUFFERS)``, rolled back).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import psycopg
+
+from kombu_alkstore.store import NewJob
+
+PATIENCE = 10.0
+HORIZON_PATIENCE = 120.0
+#: Who holds the horizon back, for the message of a VACUUM that could not truncate.
+HOLDERS = (
+    "SELECT pid, application_name, state, backend_xmin, backend_xid, xact_start "
+    "FROM pg_stat_activity WHERE backend_xmin IS NOT NULL OR backend_xid IS NOT NULL"
+)
+
+
+def _nodes(plan: dict) -> Iterator[dict]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+def offers_buffers(conn: psycopg.Connection, store, queue: str) -> int:
+    """Shared buffers (hit + read) a publish of one job to ``queue`` reads from the
+    offers table, as the store would publish now (rolled back)."""
+    params = store._insert_params(NewJob(queue, b"probe"))
+    try:
+        (doc,) = conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store._sql["insert"], params
+        ).fetchone()
+    finally:
+        conn.rollback()
+    scans = [
+        n
+        for n in _nodes(doc[0]["Plan"])
+        if n.get("Relation Name") == "offers" and "Scan" in n["Node Type"]
+    ]
+    return sum(int(n["Shared Hit Blocks"]) + int(n["Shared Read Blocks"]) for n in scans)
+
+
+def offer_rows(conn: psycopg.Connection, schema: str) -> list[tuple]:
+    return conn.execute(f'SELECT pid, chan, slots FROM "{schema}".offers').fetchall()
+
+
+def offers_pages(conn: psycopg.Connection, schema: str) -> int:
+    (pages,) = conn.execute(
+        "SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int",
+        (f'"{schema}".offers',),
+    ).fetchone()
+    return int(pages)
+
+
+def vacuumed_away(conn: psycopg.Connection, schema: str) -> None:
+    """VACUUM the offers table until it is truncated to nothing (its rows all withdrawn):
+    a transaction elsewhere in the database (other tests' sessions) may hold the horizon
+    back for a while."""
+    end = time.monotonic() + HORIZON_PATIENCE
+    while True:
+        conn.execute(f'VACUUM "{schema}".offers')
+        pages = offers_pages(conn, schema)
+        if pages == 0:
+            return
+        assert time.monotonic() < end, (pages, conn.execute(HOLDERS).fetchall())
+        time.sleep(0.5)
+
+
+def register(session, waiter, slots: int) -> None:
+    session.register(waiter.address, 7, ["q"], slots, lambda outcome: None)
+    session.wait()
+
+
+def test_a_bloated_offers_table_is_not_read_by_publishes_until_vacuumed(pg_target):
+    """Offers re-registered behind a pinned horizon grow the table; once past the gate
+    a register withdraws its offer and a publish neither reads the table nor hands off
+    (the job is pending and announced); after VACUUM the hand-off is back. Without the
+    gate the publish after the bloat reads every page and hands the job off."""
+    schema = pg_target.schema
+    with (
+        pg_target.open() as store,
+        psycopg.connect(pg_target.url, autocommit=True) as admin,
+        psycopg.connect(pg_target.url) as explain,
+        psycopg.connect(pg_target.url) as pin,
+    ):
+        waiter, session = store.waiter(), store.session()
+        try:
+            register(session, waiter, 1)
+            assert len(offer_rows(admin, schema)) == 1
+            small = offers_buffers(explain, store, "q")
+            assert 0 < small <= 4, small  # its page and its key's index pages
+
+            pin.execute("SELECT txid_current()")  # holds an XID, idle in transaction
+            for i in range(20_000):  # each an UPDATE whose old version the pin keeps
+                register(session, waiter, 1 + i % 2)
+                if not offer_rows(admin, schema):
+                    break  # the gate closed: the register withdrew the offer
+            else:
+                raise AssertionError(f"offers grew to {offers_pages(admin, schema)} pages")
+            assert offers_pages(admin, schema) > 8
+            assert offers_buffers(explain, store, "q") == 0  # the table is not read
+
+            waiter.poll()
+            jid = store.enqueue("q", b"gated")
+            wake = waiter.wait(PATIENCE)
+            assert wake.handoffs == [] and "q" in wake.queues, wake
+            assert store.get_job(jid).state == "pending"
+            [got] = store.claim(["q"], 1)  # claimed as usual
+            assert store.ack([got]) == {jid}
+
+            # The horizon moves on: VACUUM truncates the emptied table, the gate opens.
+            pin.rollback()
+            vacuumed_away(admin, schema)
+            register(session, waiter, 1)
+            assert len(offer_rows(admin, schema)) == 1
+            waiter.poll()
+            handed = store.enqueue("q", b"handed")
+            wake = waiter.wait(PATIENCE)
+            [(chan, delivery)] = wake.handoffs
+            assert (chan, delivery.id) == (7, handed)
+            assert store.ack([delivery]) == {handed}
+        finally:
+            session.close()
+            waiter.close()
