@@ -30,10 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -42,8 +39,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-if "CLAIM_COST_REV" in os.environ:  # the revision's package before the working tree's
-    sys.path.insert(0, os.environ["CLAIM_COST_REV"].split("=", 1)[1])
+from benchmarks.harness import revision  # noqa: E402
+
+REV = revision.adopt()  # the revision's package before the working tree's
 
 import psycopg  # noqa: E402
 
@@ -219,23 +217,6 @@ def markdown(rows: list[dict], pinned: bool) -> str:
     return "\n".join(out)
 
 
-def _reexec(rev: str, argv: list[str]) -> int:
-    """Run this script again with ``rev``'s package first on the path."""
-    from benchmarks.harness.cli import checkout
-
-    sha = (
-        subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", rev], check=True, capture_output=True
-        )
-        .stdout.decode()
-        .strip()
-    )
-    with tempfile.TemporaryDirectory(prefix="alk-claim-cost-") as tmp:
-        path = checkout(sha, Path(tmp) / "rev")
-        env = dict(os.environ, CLAIM_COST_REV=f"{sha}={path}")
-        return subprocess.call([sys.executable, __file__, *argv], env=env)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cycles", type=int, default=25_000, help="publish+claim+ack (25000)")
@@ -255,13 +236,12 @@ def main(argv: list[str] | None = None) -> int:
         "'worktree': the working tree as it is",
     )
     args = p.parse_args(argv)
-    if args.rev != "worktree" and "CLAIM_COST_REV" not in os.environ:
-        return _reexec(args.rev, sys.argv[1:] if argv is None else argv)
+    if revision.rerunning(args.rev):
+        return revision.rerun(args.rev, __file__, sys.argv[1:] if argv is None else argv)
     import kombu_alkstore
 
-    rev = os.environ.get("CLAIM_COST_REV", "worktree=").split("=", 1)[0]
     print(
-        f"# claim cost, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; kombu_alkstore {rev} "
+        f"# claim cost, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; kombu_alkstore {REV} "
         f"({Path(kombu_alkstore.__file__).parent})"
     )
     try:

@@ -19,7 +19,11 @@ unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
 
 -- fragment: held
 -- The validity of an operation on a claim: right token, still held, deadline not passed.
-j.id = h.id AND j.token = h.token AND j.state = 'processing' AND j.deadline > {now}
+-- The ids are an index condition too: behind a pinned horizon ANALYZE finds jobs tiny
+-- (few live rows) while its indexes keep every dead entry, and joining h to a scan of a
+-- whole index (the primary key's, jobs_processing) would look as cheap as this lookup.
+j.id = ANY(%(ids)s::bigint[])
+AND j.id = h.id AND j.token = h.token AND j.state = 'processing' AND j.deadline > {now}
 
 -- fragment: revoked
 -- Whether job j's task was revoked (Store.revoke); jobs.revoked_at holds the marks a
