@@ -51,9 +51,7 @@ def jobs_buffers(conn: psycopg.Connection, sql: str, params: dict, mode: str) ->
 
 
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
-def test_statements_on_a_claim_read_its_rows_only_after_analyze_behind_a_pin(
-    pg_target, mode
-):
+def test_statements_on_a_claim_read_its_rows_only_after_analyze_behind_a_pin(pg_target, mode):
     """4,000 publish + claim + ack cycles behind a pinned horizon (8,000 dead versions,
     every one in the primary key and the claimed jobs' entries in the partial index),
     then ANALYZE: each statement on one held claim reads a handful of buffers. Without
