@@ -316,3 +316,20 @@ def cli_refused(target, capsys, *argv: str) -> str:
 def one_error_line(err: str) -> bool:
     """Whether ``err`` has exactly one line saying "error"."""
     return len([line for line in err.splitlines() if "error" in line]) == 1
+
+
+def plan_nodes(plan: dict) -> Iterator[dict]:
+    """Every node of an ``EXPLAIN (FORMAT JSON)`` plan, the plan itself first."""
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from plan_nodes(child)
+
+
+def scans_buffers(plan: dict, relation: str) -> int:
+    """Shared buffers (hit + read) of the scan nodes of ``relation`` in an ``EXPLAIN
+    (ANALYZE, BUFFERS, FORMAT JSON)`` plan (its indexes' included)."""
+    return sum(
+        int(n["Shared Hit Blocks"]) + int(n["Shared Read Blocks"])
+        for n in plan_nodes(plan)
+        if n.get("Relation Name") == relation and "Scan" in n["Node Type"]
+    )

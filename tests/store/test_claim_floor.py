@@ -15,7 +15,6 @@ import os
 import select
 import signal
 import time
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -24,14 +23,9 @@ from kombu_alkstore.store import NewJob
 from kombu_alkstore.store.ambient import bound_connection
 from kombu_alkstore.store.postgres.floors import ClaimFloors
 from kombu_alkstore.store.postgres.statements import claim_key
+from tests.helpers import plan_nodes
 
 BODY = b'{"body": "floor"}'
-
-
-def _nodes(plan: dict) -> Iterator[dict]:
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from _nodes(child)
 
 
 def scan_buffers(conn: psycopg.Connection, store, queue: str) -> int:
@@ -43,8 +37,8 @@ def scan_buffers(conn: psycopg.Connection, store, queue: str) -> int:
         (doc,) = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params).fetchone()
     finally:
         conn.rollback()
-    (due,) = [n for n in _nodes(doc[0]["Plan"]) if n.get("Subplan Name") == "CTE due"]
-    scans = [n for n in _nodes(due) if n.get("Relation Name") == "jobs"]
+    (due,) = [n for n in plan_nodes(doc[0]["Plan"]) if n.get("Subplan Name") == "CTE due"]
+    scans = [n for n in plan_nodes(due) if n.get("Relation Name") == "jobs"]
     assert scans and all(n.get("Index Name") == "jobs_claim" for n in scans), scans
     return sum(int(n["Shared Hit Blocks"]) + int(n["Shared Read Blocks"]) for n in scans)
 

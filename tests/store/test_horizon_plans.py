@@ -15,20 +15,13 @@ it, with generic and custom plans, in a transaction rolled back.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import psycopg
 import pytest
 
 from kombu_alkstore.store import NewJob
+from tests.helpers import scans_buffers
 
 BODY = b'{"body": "held"}' * 16
-
-
-def _nodes(plan: dict) -> Iterator[dict]:
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from _nodes(child)
 
 
 def jobs_buffers(conn: psycopg.Connection, sql: str, params: dict, mode: str) -> int:
@@ -42,12 +35,7 @@ def jobs_buffers(conn: psycopg.Connection, sql: str, params: dict, mode: str) ->
         )
     finally:
         conn.rollback()
-    scans = [
-        n
-        for n in _nodes(doc[0]["Plan"])
-        if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]
-    ]
-    return sum(int(n["Shared Hit Blocks"]) + int(n["Shared Read Blocks"]) for n in scans)
+    return scans_buffers(doc[0]["Plan"], "jobs")
 
 
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
@@ -62,6 +50,9 @@ def test_statements_on_a_claim_read_its_rows_only_after_analyze_behind_a_pin(pg_
         psycopg.connect(pg_target.url) as explain,
         psycopg.connect(pg_target.url) as pin,
     ):
+        # A backlog (live rows the planner counts) and a pinned horizon.
+        for _ in range(20):
+            store.enqueue_many([NewJob("backlog", BODY) for _ in range(1000)])
         pin.execute("SELECT txid_current()")  # holds an XID, idle in transaction
         for _ in range(4000):
             store.publish([NewJob("q", BODY)])

@@ -12,11 +12,11 @@ publish statement reads from ``offers`` (``EXPLAIN (ANALYZE, BUFFERS)``, rolled 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import psycopg
 
 from kombu_alkstore.store import NewJob
+from tests.helpers import scans_buffers
 
 PATIENCE = 10.0
 HORIZON_PATIENCE = 120.0
@@ -25,12 +25,6 @@ HOLDERS = (
     "SELECT pid, application_name, state, backend_xmin, backend_xid, xact_start "
     "FROM pg_stat_activity WHERE backend_xmin IS NOT NULL OR backend_xid IS NOT NULL"
 )
-
-
-def _nodes(plan: dict) -> Iterator[dict]:
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from _nodes(child)
 
 
 def offers_buffers(conn: psycopg.Connection, store, queue: str) -> int:
@@ -43,12 +37,7 @@ def offers_buffers(conn: psycopg.Connection, store, queue: str) -> int:
         ).fetchone()
     finally:
         conn.rollback()
-    scans = [
-        n
-        for n in _nodes(doc[0]["Plan"])
-        if n.get("Relation Name") == "offers" and "Scan" in n["Node Type"]
-    ]
-    return sum(int(n["Shared Hit Blocks"]) + int(n["Shared Read Blocks"]) for n in scans)
+    return scans_buffers(doc[0]["Plan"], "offers")
 
 
 def offer_rows(conn: psycopg.Connection, schema: str) -> list[tuple]:
