@@ -249,8 +249,9 @@ class Sampler:
 class Vacuumer:
     """``autovacuum``'s rules, applied from a side thread: every ``naptime`` seconds, VACUUM
     each table of the schema past ``autovacuum_vacuum_threshold + scale_factor × reltuples``
-    dead tuples (or the insert threshold), ANALYZE past the analyze threshold; the server's
-    own settings are read once. One connection."""
+    dead tuples (or the insert threshold), ANALYZE past the analyze threshold, throttled by
+    autovacuum's cost delay and limit; the server's own settings are read once. One
+    connection."""
 
     def __init__(self, url: str, schema: str, naptime: float | None = None) -> None:
         self.schema, self.stop = schema, threading.Event()
@@ -270,6 +271,15 @@ class Vacuumer:
         ).fetchall()
         self.settings = {n: float(v) for n, v in rows}
         self.naptime = naptime or self.settings["autovacuum_naptime"]
+        # Throttled as autovacuum is (a manual VACUUM is not: vacuum_cost_delay 0).
+        self.conn.execute(
+            "SELECT set_config('vacuum_cost_delay', "
+            "current_setting('autovacuum_vacuum_cost_delay'), false), "
+            "set_config('vacuum_cost_limit', CASE "
+            "WHEN current_setting('autovacuum_vacuum_cost_limit')::int > 0 "
+            "THEN current_setting('autovacuum_vacuum_cost_limit') "
+            "ELSE current_setting('vacuum_cost_limit') END, false)"
+        )
         self.runs: list[tuple[float, str, float]] = []  # (time, "VACUUM t", seconds)
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._loop, daemon=True)
