@@ -23,7 +23,7 @@ from kombu_alkstore.store import NewJob
 from kombu_alkstore.store.ambient import bound_connection
 from kombu_alkstore.store.postgres.floors import ClaimFloors
 from kombu_alkstore.store.postgres.statements import claim_key
-from tests.helpers import plan_nodes
+from tests.helpers import plan_nodes, scans_buffers
 
 BODY = b'{"body": "floor"}'
 
@@ -40,7 +40,7 @@ def scan_buffers(conn: psycopg.Connection, store, queue: str) -> int:
     (due,) = [n for n in plan_nodes(doc[0]["Plan"]) if n.get("Subplan Name") == "CTE due"]
     scans = [n for n in plan_nodes(due) if n.get("Relation Name") == "jobs"]
     assert scans and all(n.get("Index Name") == "jobs_claim" for n in scans), scans
-    return sum(int(n["Shared Hit Blocks"]) + int(n["Shared Read Blocks"]) for n in scans)
+    return scans_buffers(due, "jobs")
 
 
 def cycles(store, queue: str, n: int) -> None:
