@@ -117,6 +117,15 @@ def _late_publish(store, pg_target, queue: str = "q") -> tuple[psycopg.Connectio
     return conn, run_at
 
 
+def _hear_until_below(store, waiter, queue: str, run_at: float, timeout: float = 5) -> None:
+    """Read the waiter's notifications until ``queue``'s floors are below ``run_at``."""
+    deadline = time.monotonic() + timeout
+    while max(store.floors.snapshot().get(queue, {}).values(), default=0) > run_at:
+        left = deadline - time.monotonic()
+        assert left > 0, f"no notification lowered {queue}'s floor below {run_at}"
+        waiter.wait(left)
+
+
 def test_a_late_commit_behind_the_floor_is_claimed_once_its_notification_is_read(
     floored, pg_target
 ):
@@ -129,7 +138,8 @@ def test_a_late_commit_behind_the_floor_is_claimed_once_its_notification_is_read
         conn.commit()  # the late job lands behind the floor; its NOTIFY is sent now
         conn.close()
         assert floored.claim(["q"], 1) == []  # the floor hides it until heard ...
-        waiter.wait(5)  # ... the store's waiter reads [run_at, "q"]: the floor goes below
+        # ... the store's waiter reads [run_at, "q"]: the floor goes below
+        _hear_until_below(floored, waiter, "q", run_at)
         (got,) = floored.claim(["q"], 1)
         assert got.body == b"late"
     finally:
@@ -173,7 +183,9 @@ def test_a_job_with_an_eta_in_the_past_is_claimed(floored):
         _move_floor(floored)
         past = floored.now() - 3600
         floored.publish([NewJob("q", b"overdue", run_at=past)])
-        waiter.wait(5)  # its NOTIFY carries its run_at, an hour before the floor
+        # Its NOTIFY carries its run_at, an hour before the floor. The waiter may first
+        # read only the notifications of _move_floor's jobs: read until the floor is down.
+        _hear_until_below(floored, waiter, "q", past)
         (got,) = floored.claim(["q"], 1)
         assert got.body == b"overdue"
     finally:
