@@ -43,10 +43,11 @@ def scan_buffers(conn: psycopg.Connection, store, queue: str) -> int:
     return scans_buffers(due, "jobs")
 
 
-def cycles(store, queue: str, n: int) -> None:
-    """n publish + claim + ack cycles, one job each: each claim takes the oldest job."""
+def cycles(store, queue: str, n: int, **job) -> None:
+    """n publish + claim + ack cycles, one job each (``job``: its NewJob fields): each
+    claim takes the oldest job."""
     for _ in range(n):
-        store.publish([NewJob(queue, BODY)])
+        store.publish([NewJob(queue, BODY, **job)])
         (got,) = store.claim([queue], 1)
         assert store.ack([got]) == {got.id}
 
@@ -86,6 +87,60 @@ def test_claim_cost_does_not_grow_with_dead_rows_behind_a_pinned_horizon(pg_targ
         print("claim scan buffers (at 1 cycle, after 3,001):", measured)
         assert on_after <= on_base + 10, measured
         assert off_after >= off_base + 40, measured  # the head walk this test guards
+
+
+def probe_buffers(conn: psycopg.Connection, store, key: str, queue: str) -> int:
+    """Shared buffers (hit + read) ``has_due`` or ``next_due`` reads from ``jobs`` and its
+    indexes, bound as the store binds it now."""
+    params = store._params(store.probe_params([queue]))
+    try:
+        sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store._sql[key]
+        (doc,) = conn.execute(sql, params).fetchone()
+    finally:
+        conn.rollback()
+    return scans_buffers(doc[0]["Plan"], "jobs")
+
+
+def test_due_checks_do_not_grow_with_dead_rows_behind_a_pinned_horizon(pg_target):
+    """has_due (the safety-net poll) and next_due (a worker's due times) look in the
+    bands a claim would walk. Behind a pin, with floors, has_due reads what it read at
+    the start, and next_due steps only over the claims whose deadlines lie after the
+    floor (a claimed version's run_at is its deadline; 1 s timeouts here, all past at
+    each measure's last claim): from 1,500 to 3,000 cycles neither grows. With floors
+    off (rescan 0) both walk every dead entry from the head (the 500/s pressure run:
+    84,000 and 1.26 M buffers)."""
+    url = pg_target.url
+    keys = ("has_due", "next_due")
+    with (
+        pg_target.open(claim_floor_rescan=3600) as floored,  # one full claim, the first
+        pg_target.open(claim_floor_rescan=0) as plain,
+        psycopg.connect(url, autocommit=True) as admin,
+        psycopg.connect(url) as explain,
+        psycopg.connect(url) as pin,
+    ):
+        runs = {"on": floored, "off": plain}
+        for queue, store in runs.items():
+            # a delayed job: next_due has an answer, after every job the cycles claim
+            store.enqueue_many([NewJob(queue, BODY, run_at=store.now() + 3600)])
+        floored.enqueue_many([NewJob("other", BODY) for _ in range(5000)])
+        admin.execute(f'VACUUM ANALYZE "{pg_target.schema}".jobs')
+        pin.execute("SELECT txid_current()")  # holds an XID, idle in transaction
+        measured = {}
+        for queue, store in runs.items():
+            read = []
+            for _ in range(2):
+                cycles(store, queue, 1500, visibility_timeout=1)
+                time.sleep(1.1)  # every deadline passed; the next claim's floor is now
+                cycles(store, queue, 1, visibility_timeout=1)
+                read.append({k: probe_buffers(explain, store, k, queue) for k in keys})
+            measured[queue] = read
+            assert store.has_due([queue]) is False
+            assert store.next_due([queue]) > store.now() + 3000
+        print("has_due / next_due buffers (after 1,500 cycles, after 3,000):", measured)
+        for key in keys:
+            (on_half, on_all), (off_half, off_all) = measured["on"], measured["off"]
+            assert on_all[key] <= on_half[key] + 10, (key, measured)
+            assert off_all[key] >= off_half[key] + 300, (key, measured)  # can fail
 
 
 @pytest.fixture
@@ -155,7 +210,9 @@ def test_a_late_commit_unheard_is_claimed_by_the_periodic_full_claim(pg_target):
         conn.commit()
         conn.close()
         assert store.claim(["q"], 1) == []
-        time.sleep(1.1)  # the queue's next claim walks from the head
+        assert not store.has_due(["q"])  # the safety net looks where the claim would
+        time.sleep(1.1)  # the queue's next claim walks from the head, and so does has_due
+        assert store.has_due(["q"])
         (got,) = store.claim(["q"], 1)
         assert got.body == b"late"
 

@@ -16,6 +16,8 @@ it, with generic and custom plans, in a transaction rolled back.
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 import pytest
 
@@ -75,3 +77,39 @@ def test_statements_on_a_claim_read_its_rows_only_after_analyze_behind_a_pin(pg_
         }
         assert all(n <= 30 for n in read.values()), read
         assert store.ack([held]) == {held.id}  # the claim was held throughout
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_due_checks_read_from_the_floors_after_analyze_behind_a_pin(pg_target, mode):
+    """has_due and next_due after the same cycles and ANALYZE (a delayed job; 1 s
+    visibility timeouts, all past when the last claim sets the floor): each reads a
+    handful of buffers. next_due steps over the claims whose deadlines lie between the
+    floor and the delayed job, none here (each would cost about a buffer). Walking from
+    the head, they read 1,300 (has_due) and 1,144 (next_due, a sequential scan)."""
+    with (
+        pg_target.open(claim_floor_rescan=3600) as store,  # the first claim only is full
+        psycopg.connect(pg_target.url, autocommit=True) as admin,
+        psycopg.connect(pg_target.url) as explain,
+        psycopg.connect(pg_target.url) as pin,
+    ):
+        for _ in range(20):
+            store.enqueue_many([NewJob("backlog", BODY) for _ in range(1000)])
+        store.enqueue_many([NewJob("q", BODY, run_at=store.now() + 3600)])
+        pin.execute("SELECT txid_current()")  # holds an XID, idle in transaction
+        for _ in range(4000):
+            store.publish([NewJob("q", BODY, visibility_timeout=1)])
+            (got,) = store.claim(["q"], 1)
+            assert store.ack([got]) == {got.id}
+        time.sleep(1.1)  # every claim's deadline passed; one more claim: the floor is now
+        store.publish([NewJob("q", BODY, visibility_timeout=1)])
+        (got,) = store.claim(["q"], 1)
+        assert store.ack([got]) == {got.id}
+        admin.execute(f'ANALYZE "{pg_target.schema}".jobs')
+        params = store._params(store.probe_params(["q"]))
+        read = {
+            key: jobs_buffers(explain, store._sql[key], params, mode)
+            for key in ("has_due", "next_due")
+        }
+        assert all(n <= 30 for n in read.values()), read
+        assert store.has_due(["q"]) is False
+        assert store.next_due(["q"]) > store.now() + 3000

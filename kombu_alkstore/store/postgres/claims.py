@@ -141,10 +141,10 @@ class PostgresClaimSession(ClaimSession):
         def answered(rows: Rows) -> None:
             callback(rows if isinstance(rows, BaseException) else bool(rows and rows[0]["due"]))
 
-        self._send("has_due", {"queues": list(queues)}, answered)
+        self._send("has_due", self._store.probe_params(queues), answered)
 
     def next_due(self, queues: Sequence[str], callback: Answer) -> None:
-        params = {"queues": list(queues)}
+        params = self._store.probe_params(queues)
         self._send("next_due", params, _outcome(callback, lambda rows: rows[0]["next_due"]))
 
     def touch_queues(self, queues: Sequence[str], callback: Answer) -> None:

@@ -30,7 +30,8 @@ Guarantees:
     (no waiter, quiet mode, a lost connection), anything else: a queue's first claim in
     every ``claim_floor_rescan`` seconds is a full one, from the head, so such a job
     waits at most that long once claimable (plus the time until a claim: a wake-up or
-    the safety-net poll, whose due check walks from the head);
+    the safety-net poll, whose due check walks from the head when that full claim is
+    due, :meth:`probe`);
   - a waiter (re)starting its LISTEN drops every floor (:meth:`reset`).
   Not behind a floor: a lapsed claim (its ``run_at`` is its deadline, after the due
   time of every job claimed before it lapsed), a heartbeat or a retry (``run_at``
@@ -145,6 +146,25 @@ class ClaimFloors:
             if not peek:
                 self._flying.add(plan)
         return band_params(chosen), plan
+
+    def probe(self, queues: Sequence[str]) -> dict[str, Any]:
+        """The band parameters of a read of ``queues`` that only looks (``has_due``,
+        ``next_due``): the floors, except from the head for a queue whose full claim is
+        due (so what that claim would find behind a floor is seen); notes nothing."""
+        if not self.enabled:
+            return band_params((q, {}) for q in queues)
+        with self._lock:
+            now = self._clock()
+            chosen = [
+                (
+                    q,
+                    {}
+                    if now - self._full_at.get(q, -self.rescan - 1.0) >= self.rescan
+                    else dict(self._floors.get(q, {})),
+                )
+                for q in queues
+            ]
+        return band_params(chosen)
 
     def learn(self, plan: Plan, rows: Iterable[Mapping[str, Any]]) -> None:
         """A claim's rows (queue, priority, was_due): each (queue, priority) claimed

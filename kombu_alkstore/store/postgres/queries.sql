@@ -305,28 +305,35 @@ LIMIT %(limit)s
 unnest(%(b_queue)s::text[], %(b_hi)s::smallint[], %(b_lo)s::smallint[],
        %(b_from)s::float8[]) AS b(queue, hi, lo, run_from)
 
+-- fragment: band_one
+-- Job j is a due row of band b of queue qn.name if b is one priority (a floor's): an
+-- equality on it, so a scan of the claim index is positioned at (queue, hi, run_from)
+-- and ends at the first row not yet due.
+b.hi = b.lo AND j.queue = qn.name AND j.priority = b.hi
+AND j.run_at >= b.run_from AND j.run_at <= {now}
+AND (j.expires_at IS NULL OR j.expires_at > {now})
+
+-- fragment: band_several
+-- Job j is a due row of band b of queue qn.name if b is several priorities (those
+-- without a floor): a scan positioned at (queue, hi) that ends below priority lo.
+b.hi > b.lo AND j.queue = qn.name AND j.priority <= b.hi AND j.priority >= b.lo
+AND j.run_at <= {now}
+AND (j.expires_at IS NULL OR j.expires_at > {now})
+
 -- fragment: band_walk
 -- The due rows of one band b of queue qn.name, in claim order: a scan of the claim
--- index positioned at (queue, hi, run_from). A band of one priority (a floor's) is an
--- equality on it, so the scan also ends at the first row not yet due; a band of several
--- (priorities without a floor) ends below priority lo. Only one of the two runs (their
--- first condition is a one-time filter on the band).
+-- index in order ({band_one} or {band_several}: only one of the two runs, their first
+-- condition is a one-time filter on the band).
 SELECT * FROM (
  SELECT j.id, j.priority, j.run_at, (j.attempts >= j.max_attempts) AS spent
- FROM {jobs} j
- WHERE b.hi = b.lo AND j.queue = qn.name AND j.priority = b.hi
-   AND j.run_at >= b.run_from AND j.run_at <= {now}
-   AND (j.expires_at IS NULL OR j.expires_at > {now})
+ FROM {jobs} j WHERE {band_one}
  ORDER BY j.priority DESC, j.run_at, j.id
  LIMIT %(limit)s
  FOR UPDATE SKIP LOCKED) one
 UNION ALL
 SELECT * FROM (
  SELECT j.id, j.priority, j.run_at, (j.attempts >= j.max_attempts) AS spent
- FROM {jobs} j
- WHERE b.hi > b.lo AND j.queue = qn.name AND j.priority <= b.hi AND j.priority >= b.lo
-   AND j.run_at <= {now}
-   AND (j.expires_at IS NULL OR j.expires_at > {now})
+ FROM {jobs} j WHERE {band_several}
  ORDER BY j.priority DESC, j.run_at, j.id
  LIMIT %(limit)s
  FOR UPDATE SKIP LOCKED) several
@@ -425,10 +432,14 @@ EXISTS (SELECT 1 FROM {queues} lq
 EXISTS (SELECT 1 FROM {queues} lq WHERE lq.name = qn.name AND lq.rate_wait > {now})
 
 -- name: has_due
--- Due work a claim may take (not of a queue at its limit).
+-- Due work a claim may take (not of a queue at its limit), looked for in the bands a
+-- claim would walk now (ClaimFloors.probe: from the head when the queue's full claim is
+-- due), so it does not step over the dead entries before the floors either.
 SELECT EXISTS (
   SELECT 1 FROM unnest(%(queues)s::text[]) AS qn(name)
-  WHERE EXISTS (SELECT 1 FROM {jobs} j WHERE j.queue = qn.name AND j.run_at <= {now})
+  JOIN {bands} ON b.queue = qn.name
+  WHERE (EXISTS (SELECT 1 FROM {jobs} j WHERE {band_one})
+         OR EXISTS (SELECT 1 FROM {jobs} j WHERE {band_several}))
     AND qn.name <> ALL({paused}) AND NOT {full} AND NOT {throttled}
 ) AS due
 
@@ -436,10 +447,12 @@ SELECT EXISTS (
 SELECT count(*) AS size FROM {jobs} WHERE queue = %(queue)s AND state = 'pending'
 
 -- name: next_due
--- min(run_at) of the pending jobs, by a loose index scan of the claim index: one seek
--- per priority present in each queue, not a scan of every pending row. A throttled
--- queue (rate_wait ahead, migration 0010): its due jobs at rate_wait, a delayed one at
--- its own time (a rate never makes a job early, nor a delayed one late).
+-- min(run_at) of the pending jobs, by a loose index scan of the claim index in each of
+-- the bands a claim would walk now: one seek per priority present in a band, not a scan
+-- of every pending row (a floor's band is its one priority, from the floor; a job not
+-- yet due is never behind a floor, which is at most the database's time it was learnt).
+-- A throttled queue (rate_wait ahead, migration 0010): its due jobs at rate_wait, a
+-- delayed one at its own time (a rate never makes a job early, nor a delayed one late).
 SELECT min(CASE WHEN first.run_at IS NULL OR NOT {throttled} THEN first.run_at
                 ELSE least((SELECT lq.rate_wait FROM {queues} lq WHERE lq.name = qn.name),
                            (SELECT min(j.run_at) FROM {jobs} j
@@ -448,16 +461,22 @@ SELECT min(CASE WHEN first.run_at IS NULL OR NOT {throttled} THEN first.run_at
                               AND (j.expires_at IS NULL OR j.expires_at > {now})))
            END) AS next_due
 FROM unnest(%(queues)s::text[]) AS qn(name)
+JOIN {bands} ON b.queue = qn.name
 CROSS JOIN LATERAL (
   WITH RECURSIVE prio(p) AS (
-    (SELECT priority FROM {jobs} WHERE queue = qn.name ORDER BY priority DESC LIMIT 1)
+    SELECT CASE WHEN b.hi = b.lo THEN b.hi
+                ELSE (SELECT j.priority FROM {jobs} j
+                      WHERE j.queue = qn.name AND j.priority <= b.hi AND j.priority >= b.lo
+                      ORDER BY j.priority DESC LIMIT 1) END
     UNION ALL
-    SELECT (SELECT j.priority FROM {jobs} j WHERE j.queue = qn.name AND j.priority < prio.p
+    SELECT (SELECT j.priority FROM {jobs} j
+            WHERE j.queue = qn.name AND j.priority < prio.p AND j.priority >= b.lo
             ORDER BY j.priority DESC LIMIT 1)
-    FROM prio WHERE prio.p IS NOT NULL
+    FROM prio WHERE prio.p IS NOT NULL AND prio.p > b.lo
   )
   SELECT (SELECT j.run_at FROM {jobs} j
-          WHERE j.queue = qn.name AND j.priority = prio.p AND j.state = 'pending'
+          WHERE j.queue = qn.name AND j.priority = prio.p AND j.run_at >= b.run_from
+            AND j.state = 'pending'
             AND (j.expires_at IS NULL OR j.expires_at > {now})
           ORDER BY j.run_at LIMIT 1) AS run_at
   FROM prio WHERE prio.p IS NOT NULL

@@ -370,7 +370,7 @@ class PostgresStore(Store):
             raise
 
     def has_due(self, queues: Sequence[str]) -> bool:
-        return bool(self._value("has_due", {"queues": list(queues)}))
+        return bool(self._value("has_due", self.probe_params(queues)))
 
     def ping(self) -> None:
         with self._pool.connection(timeout=PING_TIMEOUT) as conn:
@@ -388,7 +388,13 @@ class PostgresStore(Store):
         return self.clock_offset
 
     def next_due(self, queues: Sequence[str]) -> float | None:
-        return self._value("next_due", {"queues": list(queues)})
+        return self._value("next_due", self.probe_params(queues))
+
+    def probe_params(self, queues: Sequence[str]) -> dict[str, Any]:
+        """has_due's and next_due's parameters: the queues and the bands a claim of each
+        would walk now."""
+        queues = list(dict.fromkeys(queues))
+        return {"queues": queues, **self.floors.probe(queues)}
 
     def _ids(self, key: str, params: dict[str, Any]) -> set[int]:
         return set(self._column(key, params))
