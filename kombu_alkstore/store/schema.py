@@ -28,7 +28,8 @@ from .options import validate_identifier
 #: operators' acts on record (append-only, store/acts.py); 9: a lapsed claim in a
 #: heartbeat's hands keeps its limited slot (PostgreSQL); 10: rate limits
 #: (queues.rate_limits, queues.rate_wait, claim_log); 11: fair share (queues.fair_shares,
-#: fair_pass, fair_vtime and the partial index jobs_fair).
+#: fair_pass, fair_vtime and the partial index jobs_fair); 12: the claim index jobs_claim
+#: partial (PostgreSQL), so lookups by id use only the primary key.
 SCHEMA_VERSION = max(LATEST.values())
 if set(LATEST.values()) != {SCHEMA_VERSION}:  # a packaging defect
     raise RuntimeError(f"the engines' migrations end at different versions: {LATEST}")

@@ -113,3 +113,50 @@ def test_due_checks_read_from_the_floors_after_analyze_behind_a_pin(pg_target, m
         assert all(n <= 30 for n in read.values()), read
         assert store.has_due(["q"]) is False
         assert store.next_due(["q"]) > store.now() + 3000
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_statements_read_a_handful_when_analyze_found_jobs_empty(pg_target, mode):
+    """ANALYZE behind a pin when no job is live (a queue drained): reltuples 0, and every
+    index of jobs then costs the planner one page. The 500/s pressure run stalled on it
+    (a claim's update scanned the whole primary key as a join's outer side; an ack took
+    the claim index for its id, 5,045 buffers). 1,000 rounds of 10 jobs published,
+    claimed and acked behind the pin, that ANALYZE, then 3 jobs and one held claim: each
+    statement reads a handful of buffers. Before the change (the claim's update joined
+    to its candidates, the claim index not partial): the claim read 15,111 buffers, and
+    with the join gone but the index whole, 293."""
+    with (
+        pg_target.open(claim_floor_rescan=3600) as store,
+        psycopg.connect(pg_target.url, autocommit=True) as admin,
+        psycopg.connect(pg_target.url) as explain,
+        psycopg.connect(pg_target.url) as pin,
+    ):
+        pin.execute("SELECT txid_current()")  # holds an XID, idle in transaction
+        for _ in range(1000):
+            store.enqueue_many([NewJob("q", BODY) for _ in range(10)])
+            got = store.claim(["q"], 10)
+            assert len(store.ack(got)) == 10
+        admin.execute(f'ANALYZE "{pg_target.schema}".jobs')
+        (reltuples,) = admin.execute(
+            "SELECT reltuples FROM pg_class WHERE oid = %s::regclass",
+            (f'"{pg_target.schema}".jobs',),
+        ).fetchone()
+        assert reltuples == 0  # what this test is about
+        store.enqueue_many([NewJob("q", BODY) for _ in range(3)])
+        (held,) = store.claim(["q"], 1)
+        handle = {"ids": [held.id], "tokens": [held.token]}
+        statements = {
+            "ack": handle,
+            "heartbeat": {**handle, "extend": None},
+            "pend": {**handle, "delays": [0.0], "refunds": [0]},
+            "kill": {**handle, "error": "probe"},
+            "claim_one": store.claim_params(["q"], 4),
+            "has_due": store.probe_params(["q"]),
+            "next_due": store.probe_params(["q"]),
+        }
+        read = {
+            key: jobs_buffers(explain, store._sql[key], store._params(params), mode)
+            for key, params in statements.items()
+        }
+        assert all(n <= 30 for n in read.values()), read
+        assert store.ack([held]) == {held.id}

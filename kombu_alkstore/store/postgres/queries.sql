@@ -368,8 +368,11 @@ WHERE qn.name <> ALL({paused}) AND qn.name <> ALL(ARRAY(SELECT name FROM lim))
 -- fragment: claim_due
 -- Claim the candidates "due": a spent one (a lapsed claim with no attempt left) goes to
 -- the dead letters, and one row with a NULL id says how many did (places they took).
+-- jobs is found by "id = ANY(ARRAY(...))" and not joined to due: a join lets a planner
+-- that thinks jobs empty (ANALYZE behind a pinned horizon: reltuples 0) scan a whole
+-- index of it as the outer side, a read of every dead entry per claim.
 gone AS (
-  DELETE FROM {jobs} j USING due WHERE j.id = due.id AND due.spent
+  DELETE FROM {jobs} j WHERE j.id = ANY(ARRAY(SELECT due.id FROM due WHERE due.spent))
   RETURNING j.*
 ),
 buried AS (
@@ -383,13 +386,14 @@ claimed AS (
       deadline = {now} + j.visibility_timeout, run_at = {now} + j.visibility_timeout,
       -- a key held only while waiting (unique_claimed false) is free once claimed
       unique_key = CASE WHEN j.unique_claimed THEN j.unique_key END
-  FROM due
-  WHERE j.id = due.id AND NOT due.spent
+  WHERE j.id = ANY(ARRAY(SELECT due.id FROM due WHERE NOT due.spent))
   RETURNING j.id, j.token, j.queue, j.body, j.priority, j.attempts, j.max_attempts,
-            j.backoff_base, j.deadline, due.was_due, j.msg_id, j.visibility_timeout,
+            j.backoff_base, j.deadline, j.msg_id, j.visibility_timeout,
             {revoked} AS revoked
 )
-SELECT * FROM claimed
+SELECT c.id, c.token, c.queue, c.body, c.priority, c.attempts, c.max_attempts,
+       c.backoff_base, c.deadline, due.was_due, c.msg_id, c.visibility_timeout, c.revoked
+FROM claimed c JOIN due ON due.id = c.id
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, count(*)::int, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM buried HAVING count(*) > 0
@@ -554,13 +558,14 @@ SELECT j.id FROM {jobs} j WHERE j.id = ANY(%(job_ids)s::bigint[]) AND {revoked}
 -- Expiry is about starting: a running job (a live claim) is left to finish. "count" is
 -- the jobs dead-lettered, "dropped" those of transient queues dropped.
 -- At most %(batch)s rows per job and run; a job that hit it says "more" and runs again.
--- The batch's test is repeated on the row deleted: one claimed meanwhile is left.
+-- The batch's test is repeated on the row deleted: one claimed meanwhile is left. The
+-- batch is an array of ids, not a join: see claim_due.
 expire_gone AS (
   DELETE FROM {jobs} j
-  WHERE j.id IN (
+  WHERE j.id = ANY(ARRAY(
       SELECT x.id FROM {jobs} x WHERE x.expires_at IS NOT NULL AND x.expires_at <= {now}
         AND (x.state = 'pending' OR x.deadline <= {now})
-      LIMIT %(batch)s)
+      LIMIT %(batch)s))
     AND j.expires_at IS NOT NULL AND j.expires_at <= {now}
     AND (j.state = 'pending' OR j.deadline <= {now})
   RETURNING j.*
@@ -582,11 +587,11 @@ NULL::text[] AS queues, (SELECT count(*) FROM expire_gone) >= %(batch)s AS more
 -- (for queues no one consumes); expired ones are left to "expire".
 lapsed_gone AS (
   DELETE FROM {jobs} j
-  WHERE j.id IN (
+  WHERE j.id = ANY(ARRAY(
       SELECT x.id FROM {jobs} x
       WHERE x.state = 'processing' AND x.deadline <= {now} AND x.attempts >= x.max_attempts
         AND (x.expires_at IS NULL OR x.expires_at > {now})
-      LIMIT %(batch)s)
+      LIMIT %(batch)s))
     AND j.state = 'processing' AND j.deadline <= {now} AND j.attempts >= j.max_attempts
     AND (j.expires_at IS NULL OR j.expires_at > {now})
   RETURNING j.*
