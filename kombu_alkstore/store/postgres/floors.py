@@ -138,7 +138,7 @@ class ClaimFloors:
             chosen: list[tuple[str, Mapping[int, float]]] = []
             for queue in queues:
                 floors = self._floors.get(queue, {})
-                due = now - self._full_at.get(queue, -self.rescan - 1.0) >= self.rescan
+                due = self._full_due(queue, now)
                 if due and not peek:
                     self._full_at[queue] = now
                     floors = {}
@@ -156,15 +156,15 @@ class ClaimFloors:
         with self._lock:
             now = self._clock()
             chosen = [
-                (
-                    q,
-                    {}
-                    if now - self._full_at.get(q, -self.rescan - 1.0) >= self.rescan
-                    else dict(self._floors.get(q, {})),
-                )
+                (q, {} if self._full_due(q, now) else dict(self._floors.get(q, {})))
                 for q in queues
             ]
         return band_params(chosen)
+
+    def _full_due(self, queue: str, now: float) -> bool:
+        """Whether ``queue``'s last full claim is ``rescan`` seconds old (or never was);
+        the caller holds the lock."""
+        return now - self._full_at.get(queue, -self.rescan - 1.0) >= self.rescan
 
     def learn(self, plan: Plan, rows: Iterable[Mapping[str, Any]]) -> None:
         """A claim's rows (queue, priority, was_due): each (queue, priority) claimed
