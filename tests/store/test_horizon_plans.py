@@ -41,6 +41,17 @@ def jobs_buffers(conn: psycopg.Connection, sql: str, params: dict, mode: str) ->
     return scans_buffers(doc[0]["Plan"], "jobs")
 
 
+def on_claim(held) -> dict[str, dict]:
+    """The parameters of each statement on one held claim (ack, heartbeat, pend, kill)."""
+    handle = {"ids": [held.id], "tokens": [held.token]}
+    return {
+        "ack": handle,
+        "heartbeat": {**handle, "extend": None},
+        "pend": {**handle, "delays": [0.0], "refunds": [0]},
+        "kill": {**handle, "error": "probe"},
+    }
+
+
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
 def test_statements_on_a_claim_read_its_rows_only_after_analyze_behind_a_pin(pg_target, mode):
     """4,000 publish + claim + ack cycles behind a pinned horizon (8,000 dead versions,
@@ -64,13 +75,7 @@ def test_statements_on_a_claim_read_its_rows_only_after_analyze_behind_a_pin(pg_
         store.publish([NewJob("q", BODY)])
         (held,) = store.claim(["q"], 1)
         admin.execute(f'ANALYZE "{pg_target.schema}".jobs')
-        handle = {"ids": [held.id], "tokens": [held.token]}
-        statements = {
-            "ack": handle,
-            "heartbeat": {**handle, "extend": None},
-            "pend": {**handle, "delays": [0.0], "refunds": [0]},
-            "kill": {**handle, "error": "probe"},
-        }
+        statements = on_claim(held)
         read = {
             key: jobs_buffers(explain, store._sql[key], store._params(params), mode)
             for key, params in statements.items()
@@ -144,12 +149,8 @@ def test_statements_read_a_handful_when_analyze_found_jobs_empty(pg_target, mode
         assert reltuples == 0  # what this test is about
         store.enqueue_many([NewJob("q", BODY) for _ in range(3)])
         (held,) = store.claim(["q"], 1)
-        handle = {"ids": [held.id], "tokens": [held.token]}
         statements = {
-            "ack": handle,
-            "heartbeat": {**handle, "extend": None},
-            "pend": {**handle, "delays": [0.0], "refunds": [0]},
-            "kill": {**handle, "error": "probe"},
+            **on_claim(held),
             "claim_one": store.claim_params(["q"], 4),
             "has_due": store.probe_params(["q"]),
             "next_due": store.probe_params(["q"]),
