@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from celery import Celery
@@ -323,6 +323,23 @@ def plan_nodes(plan: dict) -> Iterator[dict]:
     yield plan
     for child in plan.get("Plans", []):
         yield from plan_nodes(child)
+
+
+def explained_plan(
+    conn: psycopg.Connection, sql: str, params: dict[str, Any], prepare: bool | None = None
+) -> dict:
+    """The top plan node of ``EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)`` of ``sql`` run on
+    ``conn`` (``prepare`` as psycopg's), in a transaction rolled back: what it would
+    change is not kept."""
+    try:
+        (doc,) = (
+            conn.cursor()
+            .execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params, prepare=prepare)
+            .fetchone()
+        )
+    finally:
+        conn.rollback()
+    return doc[0]["Plan"]
 
 
 def scans_buffers(plan: dict, relation: str) -> int:

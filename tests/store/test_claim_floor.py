@@ -23,7 +23,7 @@ from kombu_alkstore.store import NewJob
 from kombu_alkstore.store.ambient import bound_connection
 from kombu_alkstore.store.postgres.floors import ClaimFloors
 from kombu_alkstore.store.postgres.statements import claim_key
-from tests.helpers import plan_nodes, scans_buffers
+from tests.helpers import explained_plan, plan_nodes, scans_buffers
 
 BODY = b'{"body": "floor"}'
 
@@ -33,11 +33,8 @@ def scan_buffers(conn: psycopg.Connection, store, queue: str) -> int:
     candidates (the CTE "due" of ``claim_one``), as the store would claim now."""
     sql = store._sql[claim_key([queue])]
     params = store._params(store.claim_params([queue], 1))
-    try:
-        (doc,) = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params).fetchone()
-    finally:
-        conn.rollback()
-    (due,) = [n for n in plan_nodes(doc[0]["Plan"]) if n.get("Subplan Name") == "CTE due"]
+    plan = explained_plan(conn, sql, params)
+    (due,) = [n for n in plan_nodes(plan) if n.get("Subplan Name") == "CTE due"]
     scans = [n for n in plan_nodes(due) if n.get("Relation Name") == "jobs"]
     assert scans and all(n.get("Index Name") == "jobs_claim" for n in scans), scans
     return scans_buffers(due, "jobs")
@@ -93,12 +90,7 @@ def probe_buffers(conn: psycopg.Connection, store, key: str, queue: str) -> int:
     """Shared buffers (hit + read) ``has_due`` or ``next_due`` reads from ``jobs`` and its
     indexes, bound as the store binds it now."""
     params = store._params(store.probe_params([queue]))
-    try:
-        sql = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store._sql[key]
-        (doc,) = conn.execute(sql, params).fetchone()
-    finally:
-        conn.rollback()
-    return scans_buffers(doc[0]["Plan"], "jobs")
+    return scans_buffers(explained_plan(conn, store._sql[key], params), "jobs")
 
 
 def test_due_checks_do_not_grow_with_dead_rows_behind_a_pinned_horizon(pg_target):

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from kombu_alkstore.store import NewJob
-from tests.helpers import scans_buffers
+from tests.helpers import explained_plan, scans_buffers
 
 BODY = b'{"body": "held"}' * 16
 
@@ -30,15 +30,7 @@ BODY = b'{"body": "held"}' * 16
 def jobs_buffers(conn: psycopg.Connection, sql: str, params: dict, mode: str) -> int:
     """Shared buffers (hit + read) that ``sql`` reads from ``jobs`` and its indexes."""
     conn.execute(f"SET plan_cache_mode = {mode}")
-    try:
-        (doc,) = (
-            conn.cursor()
-            .execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params, prepare=True)
-            .fetchone()
-        )
-    finally:
-        conn.rollback()
-    return scans_buffers(doc[0]["Plan"], "jobs")
+    return scans_buffers(explained_plan(conn, sql, params, prepare=True), "jobs")
 
 
 def on_claim(held) -> dict[str, dict]:

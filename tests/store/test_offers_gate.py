@@ -16,7 +16,7 @@ import time
 import psycopg
 
 from kombu_alkstore.store import NewJob
-from tests.helpers import scans_buffers
+from tests.helpers import explained_plan, scans_buffers
 
 PATIENCE = 10.0
 HORIZON_PATIENCE = 120.0
@@ -31,13 +31,7 @@ def offers_buffers(conn: psycopg.Connection, store, queue: str) -> int:
     """Shared buffers (hit + read) a publish of one job to ``queue`` reads from the
     offers table, as the store would publish now (rolled back)."""
     params = store._insert_params(NewJob(queue, b"probe"))
-    try:
-        (doc,) = conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store._sql["insert"], params
-        ).fetchone()
-    finally:
-        conn.rollback()
-    return scans_buffers(doc[0]["Plan"], "offers")
+    return scans_buffers(explained_plan(conn, store._sql["insert"], params), "offers")
 
 
 def offer_rows(conn: psycopg.Connection, schema: str) -> list[tuple]:
