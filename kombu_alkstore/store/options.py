@@ -72,14 +72,15 @@ class StoreOptions:
     #: priority) ended, at that job's due time less this many seconds (its claim floor),
     #: so it does not walk the dead index entries a pinned xmin horizon keeps (see
     #: ``store/postgres/floors.py``). A publish committed late behind it is found by its
-    #: notification, else by the next full claim (``claim_floor_rescan``); a margin finds
-    #: those within it at once even unheard, but behind a pinned horizon each claim then
-    #: visits every job claimed in that many seconds (a heap page each).
+    #: notification, else by the next look behind the floors (``claim_floor_rescan``); a
+    #: margin finds those within it at once even unheard, but behind a pinned horizon
+    #: each claim then visits every job claimed in that many seconds (a heap page each).
     claim_floor_margin: float = 0.0
-    #: PostgreSQL: with claim floors, a queue's claim walks from the head at least this
-    #: often (seconds), so what a floor may have skipped unheard (a claim rolled back
-    #: elsewhere, a notification missed) waits at most this long. 0: no claim floors,
-    #: every claim walks from the head.
+    #: PostgreSQL: with claim floors, what lies behind them is looked for from the head
+    #: at least this often (seconds): by a worker's floors' watch thread every half of
+    #: it, on a pooled connection, else by the queue's next claim. So what a floor may
+    #: have skipped unheard (a claim rolled back elsewhere, a notification missed) waits
+    #: at most this long. 0: no claim floors, every claim walks from the head.
     claim_floor_rescan: float = 10.0
 
     def __post_init__(self) -> None:

@@ -26,9 +26,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from ..worker_thread import WorkerThread
 from .held import after_lapse, tag_of
 from .link import Link
-from .worker_thread import WorkerThread
 
 logger = logging.getLogger("kombu_alkstore")
 

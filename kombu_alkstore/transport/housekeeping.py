@@ -24,7 +24,7 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from .worker_thread import WorkerThread
+from ..worker_thread import WorkerThread
 
 logger = logging.getLogger("kombu_alkstore")
 

@@ -11,9 +11,11 @@ measures them.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
+import threading
 import time
 
 import psycopg
@@ -22,6 +24,7 @@ import pytest
 from kombu_alkstore.store import NewJob
 from kombu_alkstore.store.ambient import bound_connection
 from kombu_alkstore.store.postgres.floors import ClaimFloors
+from kombu_alkstore.store.postgres.lookbehind import look_behind
 from kombu_alkstore.store.postgres.statements import claim_key
 from tests.helpers import explained_plan, plan_nodes, scans_buffers
 
@@ -209,6 +212,55 @@ def test_a_late_commit_unheard_is_claimed_by_the_periodic_full_claim(pg_target):
         assert got.body == b"late"
 
 
+def test_the_watch_finds_an_unheard_job_behind_the_floor_and_announces_it(pg_target):
+    """One look behind the floors (lookbehind.look_behind, what the watch thread runs)
+    lowers this process's floors below a job landed behind them unheard, and announces
+    it to every waiter; the queue's claims need no walk from the head meanwhile."""
+    with (
+        pg_target.open(claim_floor_rescan=3600) as store,
+        psycopg.connect(pg_target.url, autocommit=True) as listener,
+    ):
+        store.queue_declare("q")
+        listener.execute(f'LISTEN "{store.statements.channel}"')
+        conn, run_at = _late_publish(store, pg_target)
+        time.sleep(0.3)
+        _move_floor(store)  # the first claim of "q" was its full one; the next is in an hour
+        conn.commit()
+        conn.close()
+        assert store.claim(["q"], 1) == []
+        assert look_behind(store) == [("q", run_at)]
+        assert max(store.floors.snapshot()["q"].values()) <= run_at
+        heard = [json.loads(n.payload) for n in listener.notifies(timeout=2)]
+        assert [run_at, "q"] in heard
+        (got,) = store.claim(["q"], 1)
+        assert got.body == b"late"
+        store.ack([got])
+        assert look_behind(store) == []  # nothing behind the floors: nothing announced
+
+
+def test_a_claim_session_runs_the_watch_until_the_store_closes(pg_target):
+    """With a claim session open, the floors' watch thread looks behind them every
+    rescan / 2 seconds: an unheard job behind the floor lowers them with no claim."""
+    store = pg_target.open(claim_floor_rescan=1.0)
+    try:
+        store.queue_declare("q")
+        conn, run_at = _late_publish(store, pg_target)
+        time.sleep(0.3)
+        _move_floor(store)
+        session = store.session()
+        conn.commit()
+        conn.close()
+        deadline = time.monotonic() + 5
+        while max(store.floors.snapshot()["q"].values()) > run_at:
+            assert time.monotonic() < deadline, "the watch did not lower the floor"
+            time.sleep(0.05)
+        assert "alkstore-floor-watch" in {t.name for t in threading.enumerate()}
+        session.close()
+    finally:
+        store.close()
+    assert "alkstore-floor-watch" not in {t.name for t in threading.enumerate()}
+
+
 def test_a_higher_priority_published_after_the_floor_moved_is_claimed_first(floored):
     _move_floor(floored)
     floored.enqueue_many([NewJob("q", b"low-a"), NewJob("q", b"low-b")])
@@ -293,6 +345,24 @@ def test_floors_bind_disjoint_bands_in_claim_order():
     params, _ = floors.plan(["q"])
     assert len(params["b_hi"]) == 1
     assert len(floors.plan(["q"])[0]["b_hi"]) == 5
+
+
+def test_a_look_behind_the_floors_stands_for_the_full_claim():
+    clock = [100.0]
+    floors = ClaimFloors(margin=0.0, rescan=10.0, clock=lambda: clock[0])
+    assert floors.behind() is None  # no floor: claims walk from the head anyway
+    _, plan = floors.plan(["q", "r"])  # their full claims
+    floors.learn(plan, [{"id": 1, "queue": "q", "priority": 3, "was_due": 50.0}])
+    params, at = floors.behind()
+    assert _bands(params) == [(3, 3, 50.0)] and params["b_queue"] == ["q"] and at == 100.0
+    clock[0] = 108.0
+    floors.looked(params, at, [("q", 42.0)])  # the look found a job behind the floor
+    assert floors.snapshot() == {"q": {3: 42.0}}
+    clock[0] = 109.9  # q was looked at 100: its claims keep their floors until 110
+    assert _bands(floors.plan(["q"])[0])[1] == (3, 3, 42.0)
+    assert len(floors.plan(["r"])[0]["b_hi"]) == 1  # r has no floor to look behind
+    clock[0] = 110.0  # no look since: the claim walks from the head
+    assert len(floors.plan(["q"])[0]["b_hi"]) == 1
 
 
 def test_a_lowering_heard_during_a_claim_caps_what_it_learns():

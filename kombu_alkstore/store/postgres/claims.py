@@ -62,6 +62,8 @@ class PostgresClaimSession(ClaimSession):
         #: Callbacks of the requests sent and not yet answered, oldest first.
         self._waiting: deque[Callable[[Rows], None]] = deque()
         self.broken = False
+        if store.floors.enabled:  # the walk behind the floors stays off this session
+            store.floor_watch.ensure_started()
 
     @property
     def _conn(self) -> psycopg.Connection:

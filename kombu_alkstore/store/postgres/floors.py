@@ -27,11 +27,18 @@ Guarantees:
     letter requeued, a queue resumed) drops the queue's floors;
   - a job published with an eta already past: the same NOTIFY;
   - a job another worker's claim locked and then rolled back, a notification missed
-    (no waiter, quiet mode, a lost connection), anything else: a queue's first claim in
-    every ``claim_floor_rescan`` seconds is a full one, from the head, so such a job
-    waits at most that long once claimable (plus the time until a claim: a wake-up or
-    the safety-net poll, whose due check walks from the head when that full claim is
-    due, :meth:`probe`);
+    (no waiter, quiet mode, a lost connection), anything else: every
+    ``claim_floor_rescan`` / 2 seconds the floors' watch (``lookbehind.py``, a thread
+    of a process with a claim session) looks behind each floor from the head of its
+    priority, on a pooled connection, and lowers the floors below what it finds
+    (:meth:`behind`, :meth:`looked`); a queue not looked behind for
+    ``claim_floor_rescan`` seconds (no watch: a bare ``Store.claim``; a watch that
+    failed) gets a full claim, from the head, instead. So such a job waits at most
+    ``claim_floor_rescan`` once claimable (plus the time until a claim: a wake-up or the
+    safety-net poll, whose due check walks from the head when that full claim is due,
+    :meth:`probe`), and the walk over the dead entries before the floors, which grows
+    with every job done behind a pinned horizon, does not hold up the claims pipelined
+    on the claim session;
   - a waiter (re)starting its LISTEN drops every floor (:meth:`reset`).
   Not behind a floor: a lapsed claim (its ``run_at`` is its deadline, after the due
   time of every job claimed before it lapsed), a heartbeat or a retry (``run_at``
@@ -156,8 +163,7 @@ class ClaimFloors:
         with self._lock:
             now = self._clock()
             chosen = [
-                (q, {} if self._full_due(q, now) else dict(self._floors.get(q, {})))
-                for q in queues
+                (q, {} if self._full_due(q, now) else dict(self._floors.get(q, {}))) for q in queues
             ]
         return band_params(chosen)
 
@@ -165,6 +171,34 @@ class ClaimFloors:
         """Whether ``queue``'s last full claim is ``rescan`` seconds old (or never was);
         the caller holds the lock."""
         return now - self._full_at.get(queue, -self.rescan - 1.0) >= self.rescan
+
+    def behind(self) -> tuple[dict[str, Any], float] | None:
+        """What the watch looks behind now: the ``bands`` parameters of one band per
+        floor (its priority, ``run_from`` the floor), and the time (``clock``) of this
+        look, for :meth:`looked`; None without a floor."""
+        with self._lock:
+            now = self._clock()
+            floors = [(q, p, f) for q, fs in self._floors.items() for p, f in fs.items()]
+        if not floors:
+            return None
+        return {
+            "b_queue": [q for q, _, _ in floors],
+            "b_hi": [p for _, p, _ in floors],
+            "b_lo": [p for _, p, _ in floors],
+            "b_from": [f for _, _, f in floors],
+        }, now
+
+    def looked(
+        self, params: Mapping[str, Any], at: float, found: Iterable[tuple[str, float]]
+    ) -> None:
+        """The watch's look (:meth:`behind` at ``at``) is done: the floors go below each
+        job ``found`` (queue, run_at), and the queues looked at need no full claim until
+        ``rescan`` seconds after ``at``."""
+        for queue, run_at in found:
+            self.lower(queue, run_at)
+        with self._lock:
+            for queue in set(params["b_queue"]):
+                self._full_at[queue] = max(self._full_at.get(queue, at), at)
 
     def learn(self, plan: Plan, rows: Iterable[Mapping[str, Any]]) -> None:
         """A claim's rows (queue, priority, was_due): each (queue, priority) claimed

@@ -447,6 +447,27 @@ SELECT EXISTS (
     AND qn.name <> ALL({paused}) AND NOT {full} AND NOT {throttled}
 ) AS due
 
+-- name: look_behind
+-- The claim floors' watch (postgres/lookbehind.py): for each floor (band b: queue,
+-- priority hi = lo, run_from the floor), the first due job before it, from the head of
+-- its priority in claim order. That walk steps over the dead entries a pinned horizon
+-- keeps before the floor, here on a pooled connection and not in a claim. Each job found
+-- is returned and announced as a late publish is (its run_at), so every waiter lowers
+-- its floors below it. A job another claim has locked is found too: its floor goes
+-- just below the live jobs, where the next claim walks anyway.
+SELECT found.queue, found.run_at, {wake} AS announced
+FROM (
+  SELECT b.queue, f.run_at
+  FROM {bands}
+  CROSS JOIN LATERAL (
+    SELECT j.run_at FROM {jobs} j
+    WHERE j.queue = b.queue AND j.priority = b.hi AND j.run_at < b.run_from
+      AND j.run_at <= {now} AND (j.expires_at IS NULL OR j.expires_at > {now})
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT 1) f
+  WHERE b.queue <> ALL({paused})
+) found
+
 -- name: size
 SELECT count(*) AS size FROM {jobs} WHERE queue = %(queue)s AND state = 'pending'
 

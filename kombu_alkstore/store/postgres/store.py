@@ -41,6 +41,7 @@ from .claims import PostgresClaimSession
 from .conninfo import privileges_missing
 from .engine import ENGINE
 from .floors import ClaimFloors
+from .lookbehind import FloorWatch
 from .publisher import PipelinedPublisher
 from .statements import (
     FAST_KEYS,
@@ -97,6 +98,8 @@ class PostgresStore(Store):
         self._sql = self.statements.sql
         #: Where claims start in the claim index (floors.py); the waiter lowers them.
         self.floors = ClaimFloors(options.claim_floor_margin, options.claim_floor_rescan)
+        #: Looks behind the floors from its own thread once a claim session starts.
+        self.floor_watch = FloorWatch(self, options.claim_floor_rescan / 2)
         try:
             # One direct connection first so an unreachable database is a clear error now.
             with psycopg.connect(
@@ -216,6 +219,7 @@ class PostgresStore(Store):
 
     def close(self) -> None:
         self.closed = True
+        self.floor_watch.stop()
         if os.getpid() == self._pid:  # a forked child must not close its parent's sockets
             self.rates_tally.close()
             if self._publisher is not None:

@@ -1,4 +1,5 @@
-"""A transport's own daemon thread, started on demand and stopped with its connection."""
+"""A daemon thread of this library's own (the heartbeats, housekeeping, the claim floors' watch),
+started on demand and stopped with its owner."""
 
 from __future__ import annotations
 

@@ -1,0 +1,81 @@
+"""The claim floors' watch: the look behind the floors, off the claim session.
+
+A claim starts at its queue's floors (``floors.py``); what lands behind a floor without
+an announcement heard (a claim of another worker rolled back, a notification missed) is
+found by a walk from the head of the floor's priority, over every dead index entry a
+pinned xmin horizon keeps there. Done as a periodic full claim on the claim session,
+that walk (hundreds of milliseconds after half an hour behind a pin at 500 jobs/s) held
+up every claim, ack and heartbeat pipelined behind it. :class:`FloorWatch` does it from
+a thread of its own, on a pooled connection, every ``claim_floor_rescan`` / 2 seconds.
+
+Guarantees:
+
+* A job due behind a floor when a look starts is announced by it (``look_behind`` in
+  queries.sql: every waiter lowers its floors below it) and this process's floors go
+  below it, heard or not.
+* A look that fails is logged and notes nothing: the queue's claims walk from the head
+  once ``claim_floor_rescan`` has passed, as without a watch.
+* One thread per store and process, started with the first claim session and stopped
+  when the store closes; a forked child starts its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from typing import TYPE_CHECKING
+
+from ...worker_thread import WorkerThread
+
+if TYPE_CHECKING:
+    from .store import PostgresStore
+
+logger = logging.getLogger("kombu_alkstore")
+
+
+def look_behind(store: PostgresStore) -> list[tuple[str, float]]:
+    """One look behind ``store``'s floors in this process: the (queue, run_at) of the
+    first due job found behind each floor, announced, and the floors lowered below."""
+    behind = store.floors.behind()
+    if behind is None:
+        return []
+    params, at = behind
+    found = [(r["queue"], r["run_at"]) for r in store._all("look_behind", params)]
+    store.floors.looked(params, at, found)
+    return found
+
+
+class FloorWatch(WorkerThread):
+    """Calls :func:`look_behind` every ``interval`` seconds from its own thread."""
+
+    name = "alkstore-floor-watch"
+
+    def __init__(self, store: PostgresStore, interval: float) -> None:
+        super().__init__()
+        # Weakly: the thread must not keep a store nobody closed from being collected.
+        self._store = weakref.ref(store)
+        self._interval = interval
+        self._pid = os.getpid()
+
+    def ensure_started(self) -> None:
+        if self._pid != os.getpid():  # the parent's thread did not come with the fork
+            self._pid, self._thread = os.getpid(), None
+        super().ensure_started()
+
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.wait(self._interval):
+            store = self._store()
+            if store is None or store.closed:
+                return
+            try:
+                look_behind(store)
+            except Exception as exc:
+                logger.warning(
+                    "alkstore: the look behind the claim floors failed (%s: %s); claims "
+                    "walk from the head until one succeeds",
+                    type(exc).__name__,
+                    str(exc).strip(),
+                )
+            del store
