@@ -182,7 +182,7 @@ def run_one(broker: str, kind: str, args: argparse.Namespace, workdir: Path) -> 
             with contextlib.suppress(psycopg.Error):
                 waits += sampler.waits(exclude)
             time.sleep(max(0.0, math.floor(now) + 1 - (time.monotonic() - t0)))
-        published = publisher.state()["count"]
+        published = publisher.final_count()
         drained = _drain(records, published, worker, args.drain_timeout)
         result.update(
             published=published,

@@ -109,6 +109,17 @@ class Publisher:
         except (OSError, ValueError):
             return {"count": 0, "lag": 0.0, "done": False}
 
+    def final_count(self, timeout: float = 30.0) -> int:
+        """How many tasks it published in all, once its schedule is done: the count it
+        writes while running lags by up to 50 ms, and a run's loss is counted against
+        this one (a read taken earlier made a run look as if it ran more than sent)."""
+        deadline = time.monotonic() + timeout
+        while not (state := self.state())["done"]:
+            if time.monotonic() > deadline or not self.alive():
+                raise RuntimeError("the publisher did not finish its schedule")
+            time.sleep(0.05)
+        return state["count"]
+
     def alive(self) -> bool:
         return self.proc.poll() is None
 
