@@ -257,12 +257,23 @@ class Sampler:
             self.conn.close()
 
 
+def _own_settings(reloptions: list[str]) -> dict[str, float]:
+    """A table's own autovacuum thresholds and scale factors, from its reloptions."""
+    out = {}
+    for option in reloptions:
+        name, _, value = option.partition("=")
+        if name.startswith("autovacuum_") and ("threshold" in name or "scale_factor" in name):
+            out[name] = float(value)
+    return out
+
+
 class Vacuumer:
     """``autovacuum``'s rules, applied from a side thread: every ``naptime`` seconds, VACUUM
     each table of the schema past ``autovacuum_vacuum_threshold + scale_factor × reltuples``
     dead tuples (or the insert threshold), ANALYZE past the analyze threshold, throttled by
-    autovacuum's cost delay and limit; the server's own settings are read once. One
-    connection."""
+    autovacuum's cost delay and limit; the server's own settings are read once, and a
+    table's own (its ``reloptions``: alkstore's ``jobs`` sets a 1 % scale factor) override
+    them for that table, as they do for autovacuum. One connection."""
 
     def __init__(self, url: str, schema: str, naptime: float | None = None) -> None:
         self.schema, self.stop = schema, threading.Event()
@@ -297,15 +308,15 @@ class Vacuumer:
         self.thread.start()
 
     def _due(self) -> list[tuple[str, str]]:
-        s = self.settings
         rows = self.conn.execute(
             "SELECT t.relname, t.n_dead_tup, t.n_ins_since_vacuum, t.n_mod_since_analyze, "
-            "greatest(c.reltuples, 0) FROM pg_stat_user_tables t "
+            "greatest(c.reltuples, 0), c.reloptions FROM pg_stat_user_tables t "
             "JOIN pg_class c ON c.oid = t.relid WHERE t.schemaname = %s",
             (self.schema,),
         ).fetchall()
         out = []
-        for name, dead, ins, mod, tuples in rows:
+        for name, dead, ins, mod, tuples, reloptions in rows:
+            s = {**self.settings, **_own_settings(reloptions or [])}
             vacuum = dead > s["autovacuum_vacuum_threshold"] + (
                 s["autovacuum_vacuum_scale_factor"] * tuples
             ) or ins > s["autovacuum_vacuum_insert_threshold"] + (
