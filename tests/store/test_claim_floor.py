@@ -355,6 +355,9 @@ def test_a_look_behind_the_floors_stands_for_the_full_claim():
     floors.learn(plan, [{"id": 1, "queue": "q", "priority": 3, "was_due": 50.0}])
     params, at = floors.behind()
     assert _bands(params) == [(3, 3, 50.0)] and params["b_queue"] == ["q"] and at == 100.0
+    assert floors.behind() is None  # q not claimed since that look: nothing to send
+    floors.plan(["q"])
+    params, at = floors.behind()
     clock[0] = 108.0
     floors.looked(params, at, [("q", 42.0)])  # the look found a job behind the floor
     assert floors.snapshot() == {"q": {3: 42.0}}

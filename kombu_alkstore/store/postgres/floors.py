@@ -29,8 +29,9 @@ Guarantees:
   - a job another worker's claim locked and then rolled back, a notification missed
     (no waiter, quiet mode, a lost connection), anything else: every
     ``claim_floor_rescan`` / 2 seconds the floors' watch (``lookbehind.py``, a thread
-    of a process with a claim session) looks behind each floor from the head of its
-    priority, on a pooled connection, and lowers the floors below what it finds
+    of a process with a claim session) looks behind each floor of the queues claimed
+    since its last look from the head of its priority, on a pooled connection, and
+    lowers the floors below what it finds
     (:meth:`behind`, :meth:`looked`); a queue not looked behind for
     ``claim_floor_rescan`` seconds (no watch: a bare ``Store.claim``; a watch that
     failed) gets a full claim, from the head, instead. So such a job waits at most
@@ -120,8 +121,10 @@ class ClaimFloors:
         self._lock = threading.Lock()
         #: queue -> {priority: run_at from}
         self._floors: dict[str, dict[int, float]] = {}
-        #: queue -> when (``clock``) its last full claim was bound.
+        #: queue -> when (``clock``) its last full claim was bound, or its last look.
         self._full_at: dict[str, float] = {}
+        #: The queues claimed since the last look behind the floors (:meth:`behind`).
+        self._claimed: set[str] = set()
         #: The claims in flight (a claim that failed is forgotten with its plan).
         self._flying: weakref.WeakSet[Plan] = weakref.WeakSet()
         _ALL.add(self)
@@ -130,6 +133,7 @@ class ClaimFloors:
         self._lock = threading.Lock()
         self._floors.clear()
         self._full_at.clear()
+        self._claimed = set()
         self._flying = weakref.WeakSet()
 
     def plan(self, queues: Sequence[str], peek: bool = False) -> tuple[dict[str, Any], Plan]:
@@ -142,6 +146,8 @@ class ClaimFloors:
             return band_params((q, {}) for q in queues), plan
         with self._lock:
             now = self._clock()
+            if not peek:
+                self._claimed.update(queues)
             chosen: list[tuple[str, Mapping[int, float]]] = []
             for queue in queues:
                 floors = self._floors.get(queue, {})
@@ -174,11 +180,17 @@ class ClaimFloors:
 
     def behind(self) -> tuple[dict[str, Any], float] | None:
         """What the watch looks behind now: the ``bands`` parameters of one band per
-        floor (its priority, ``run_from`` the floor), and the time (``clock``) of this
-        look, for :meth:`looked`; None without a floor."""
+        floor of the queues claimed since the last look (its priority, ``run_from`` the
+        floor), and the time (``clock``) of this look, for :meth:`looked`; None if there
+        is none. A queue left unclaimed is not looked at (an idle worker sends nothing
+        more): its first claim, or due check, after ``rescan`` seconds walks from the
+        head itself."""
         with self._lock:
             now = self._clock()
-            floors = [(q, p, f) for q, fs in self._floors.items() for p, f in fs.items()]
+            claimed, self._claimed = self._claimed, set()
+            floors = [
+                (q, p, f) for q, fs in self._floors.items() if q in claimed for p, f in fs.items()
+            ]
         if not floors:
             return None
         return {
