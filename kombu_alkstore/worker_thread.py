@@ -3,7 +3,10 @@ started on demand and stopped with its owner."""
 
 from __future__ import annotations
 
+import logging
 import threading
+
+logger = logging.getLogger("kombu_alkstore")
 
 
 class WorkerThread:
@@ -44,6 +47,14 @@ class WorkerThread:
             thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=self.join_timeout)
+
+    @staticmethod
+    def _failed(what: str, exc: BaseException, then: str) -> None:
+        """Log that one round of ``what`` raised ``exc`` (a warning naming the error),
+        and ``then``, what happens next."""
+        logger.warning(
+            "alkstore: %s failed (%s: %s); %s", what, type(exc).__name__, str(exc).strip(), then
+        )
 
     def _starting(self) -> None:
         """Called under the lock just before a new thread starts."""

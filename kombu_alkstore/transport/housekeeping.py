@@ -19,14 +19,11 @@ Where the process is monkey-patched the thread is a greenlet, as the heartbeat t
 
 from __future__ import annotations
 
-import logging
 import threading
 import weakref
 from collections.abc import Callable
 
 from ..worker_thread import WorkerThread
-
-logger = logging.getLogger("kombu_alkstore")
 
 
 class Housekeeper(WorkerThread):
@@ -72,11 +69,9 @@ class Housekeeper(WorkerThread):
             try:
                 sweep()
             except Exception as exc:
-                logger.warning(
-                    "alkstore: queue refresh or maintenance round failed (%s: %s); "
-                    "the next round runs in %s s",
-                    type(exc).__name__,
-                    str(exc).strip(),
-                    self._interval,
+                self._failed(
+                    "queue refresh or maintenance round",
+                    exc,
+                    f"the next round runs in {self._interval} s",
                 )
             del sweep

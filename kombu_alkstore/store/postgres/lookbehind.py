@@ -21,7 +21,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import weakref
@@ -31,8 +30,6 @@ from ...worker_thread import WorkerThread
 
 if TYPE_CHECKING:
     from .store import PostgresStore
-
-logger = logging.getLogger("kombu_alkstore")
 
 
 def look_behind(store: PostgresStore) -> list[tuple[str, float]]:
@@ -72,10 +69,9 @@ class FloorWatch(WorkerThread):
             try:
                 look_behind(store)
             except Exception as exc:
-                logger.warning(
-                    "alkstore: the look behind the claim floors failed (%s: %s); claims "
-                    "walk from the head until one succeeds",
-                    type(exc).__name__,
-                    str(exc).strip(),
+                self._failed(
+                    "the look behind the claim floors",
+                    exc,
+                    "claims walk from the head until one succeeds",
                 )
             del store
