@@ -10,9 +10,11 @@ a thread of its own, on a pooled connection, every ``claim_floor_rescan`` / 2 se
 
 Guarantees:
 
-* A job due behind a floor when a look starts is announced by it (``look_behind`` in
-  queries.sql: every waiter lowers its floors below it) and this process's floors go
-  below it, heard or not.
+* A job due behind a floor when a look starts, of a queue claimed since the last look,
+  is announced by it (``look_behind`` in queries.sql: every waiter lowers its floors
+  below it) and this process's floors go below it, heard or not. A queue not claimed
+  meanwhile is not looked at: its next claim or due check after ``claim_floor_rescan``
+  walks from the head (``ClaimFloors.behind``).
 * A look that fails is logged and notes nothing: the queue's claims walk from the head
   once ``claim_floor_rescan`` has passed, as without a watch.
 * One thread per store and process, started with the first claim session and stopped
