@@ -15,7 +15,6 @@ import json
 import os
 import select
 import signal
-import threading
 import time
 
 import psycopg
@@ -221,12 +220,12 @@ def test_the_watch_finds_an_unheard_job_behind_the_floor_and_announces_it(pg_tar
         psycopg.connect(pg_target.url, autocommit=True) as listener,
     ):
         store.queue_declare("q")
-        listener.execute(f'LISTEN "{store.statements.channel}"')
         conn, run_at = _late_publish(store, pg_target)
         time.sleep(0.3)
         _move_floor(store)  # the first claim of "q" was its full one; the next is in an hour
-        conn.commit()
+        conn.commit()  # its own announcement goes out now, before anyone listens below
         conn.close()
+        listener.execute(f'LISTEN "{store.statements.channel}"')
         assert store.claim(["q"], 1) == []
         assert look_behind(store) == [("q", run_at)]
         assert max(store.floors.snapshot()["q"].values()) <= run_at
@@ -254,11 +253,13 @@ def test_a_claim_session_runs_the_watch_until_the_store_closes(pg_target):
         while max(store.floors.snapshot()["q"].values()) > run_at:
             assert time.monotonic() < deadline, "the watch did not lower the floor"
             time.sleep(0.05)
-        assert "alkstore-floor-watch" in {t.name for t in threading.enumerate()}
+        thread = store.floor_watch._thread
+        assert thread is not None and thread.name == "alkstore-floor-watch"
         session.close()
     finally:
         store.close()
-    assert "alkstore-floor-watch" not in {t.name for t in threading.enumerate()}
+    thread.join(5)
+    assert not thread.is_alive()
 
 
 def test_a_higher_priority_published_after_the_floor_moved_is_claimed_first(floored):
