@@ -109,14 +109,20 @@ class Publisher:
         except (OSError, ValueError):
             return {"count": 0, "lag": 0.0, "done": False}
 
-    def final_count(self, timeout: float = 30.0) -> int:
-        """How many tasks it published in all, once its schedule is done: the count it
-        writes while running lags by up to 50 ms, and a run's loss is counted against
-        this one (a read taken earlier made a run look as if it ran more than sent)."""
-        deadline = time.monotonic() + timeout
+    def final_count(self, grace: float = 2.0, timeout: float = 30.0) -> int:
+        """How many tasks it published in all, once it has stopped: the count it writes
+        while running lags by up to 50 ms, and a run's loss is counted against this one
+        (a read taken earlier made a run look as if it ran more than sent). A publisher
+        still behind its schedule after ``grace`` seconds is stopped (SIGTERM: it ends
+        after the publish under way); what it had not sent was never offered."""
+        start = time.monotonic()
         while not (state := self.state())["done"]:
-            if time.monotonic() > deadline or not self.alive():
-                raise RuntimeError("the publisher did not finish its schedule")
+            waited = time.monotonic() - start
+            if not self.alive() or waited > timeout:
+                raise RuntimeError("the publisher did not finish nor stop")
+            if waited > grace:
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.terminate()
             time.sleep(0.05)
         return state["count"]
 
