@@ -72,16 +72,23 @@ class StoreOptions:
     #: priority) ended, at that job's due time less this many seconds (its claim floor),
     #: so it does not walk the dead index entries a pinned xmin horizon keeps (see
     #: ``store/postgres/floors.py``). A publish committed late behind it is found by its
-    #: notification, else by the next look behind the floors (``claim_floor_rescan``); a
+    #: notification, else by the next full claim or look (``claim_floor_rescan``); a
     #: margin finds those within it at once even unheard, but behind a pinned horizon
     #: each claim then visits every job claimed in that many seconds (a heap page each).
     claim_floor_margin: float = 0.0
     #: PostgreSQL: with claim floors, what lies behind them is looked for from the head
-    #: at least this often (seconds): by a worker's floors' watch thread every half of
-    #: it, on a pooled connection, else by the queue's next claim. So what a floor may
-    #: have skipped unheard (a claim rolled back elsewhere, a notification missed) waits
+    #: at least this often (seconds): by the queue's next claim, or with
+    #: ``claim_floor_watch`` by a worker's own thread every half of it. So what a floor
+    #: may have skipped unheard (a claim rolled back elsewhere, a notification missed) waits
     #: at most this long. 0: no claim floors, every claim walks from the head.
     claim_floor_rescan: float = 10.0
+    #: PostgreSQL: a worker looks behind its claim floors from a thread of its own
+    #: (``store/postgres/lookbehind.py``), every ``claim_floor_rescan`` / 2 seconds on a
+    #: pooled connection, instead of one claim from the head per queue every
+    #: ``claim_floor_rescan``. Behind a pinned horizon that walk grows with every dead
+    #: entry, and on the claims connection the claims and acks pipelined after it wait
+    #: for it; the cost is one more connection per busy worker process.
+    claim_floor_watch: bool = False
 
     def __post_init__(self) -> None:
         validate_identifier(self.schema, "schema")

@@ -237,10 +237,19 @@ def test_the_watch_finds_an_unheard_job_behind_the_floor_and_announces_it(pg_tar
         assert look_behind(store) == []  # nothing behind the floors: nothing announced
 
 
+def test_without_the_option_a_claim_session_starts_no_watch(floored):
+    session = floored.session()  # claim_floor_watch off (the default): no third connection
+    try:
+        assert not floored.floor_watch.running
+    finally:
+        session.close()
+
+
 def test_a_claim_session_runs_the_watch_until_the_store_closes(pg_target):
-    """With a claim session open, the floors' watch thread looks behind them every
-    rescan / 2 seconds: an unheard job behind the floor lowers them with no claim."""
-    store = pg_target.open(claim_floor_rescan=1.0)
+    """With ``claim_floor_watch`` and a claim session open, the floors' watch thread
+    looks behind them every rescan / 2 seconds: an unheard job behind the floor lowers
+    them with no claim."""
+    store = pg_target.open(claim_floor_rescan=1.0, claim_floor_watch=True)
     try:
         store.queue_declare("q")
         conn, run_at = _late_publish(store, pg_target)

@@ -62,8 +62,8 @@ class PostgresClaimSession(ClaimSession):
         #: Callbacks of the requests sent and not yet answered, oldest first.
         self._waiting: deque[Callable[[Rows], None]] = deque()
         self.broken = False
-        if store.floors.enabled:  # the walk behind the floors stays off this session
-            store.floor_watch.ensure_started()
+        if store.floors.enabled and store.options.claim_floor_watch:
+            store.floor_watch.ensure_started()  # the walk behind the floors, off this session
 
     @property
     def _conn(self) -> psycopg.Connection:

@@ -6,7 +6,9 @@ found by a walk from the head of the floor's priority, over every dead index ent
 pinned xmin horizon keeps there. Done as a periodic full claim on the claim session,
 that walk (hundreds of milliseconds after half an hour behind a pin at 500 jobs/s) held
 up every claim, ack and heartbeat pipelined behind it. :class:`FloorWatch` does it from
-a thread of its own, on a pooled connection, every ``claim_floor_rescan`` / 2 seconds.
+a thread of its own, on a pooled connection, every ``claim_floor_rescan`` / 2 seconds,
+where the store option ``claim_floor_watch`` is on (off by default: it holds one more
+connection per busy worker process).
 
 Guarantees:
 
@@ -17,7 +19,8 @@ Guarantees:
   walks from the head (``ClaimFloors.behind``).
 * A look that fails is logged and notes nothing: the queue's claims walk from the head
   once ``claim_floor_rescan`` has passed, as without a watch.
-* One thread per store and process, started with the first claim session and stopped
+* One thread per store and process, started with the first claim session (with the
+  option) and stopped
   when the store closes; a forked child starts its own.
 """
 
