@@ -216,7 +216,7 @@ def test_the_watch_finds_an_unheard_job_behind_the_floor_and_announces_it(pg_tar
     lowers this process's floors below a job landed behind them unheard, and announces
     it to every waiter; the queue's claims need no walk from the head meanwhile."""
     with (
-        pg_target.open(claim_floor_rescan=3600) as store,
+        pg_target.open(claim_floor_rescan=3600, claim_floor_watch=True) as store,
         psycopg.connect(pg_target.url, autocommit=True) as listener,
     ):
         store.queue_declare("q")
@@ -359,7 +359,7 @@ def test_floors_bind_disjoint_bands_in_claim_order():
 
 def test_a_look_behind_the_floors_stands_for_the_full_claim():
     clock = [100.0]
-    floors = ClaimFloors(margin=0.0, rescan=10.0, clock=lambda: clock[0])
+    floors = ClaimFloors(margin=0.0, rescan=10.0, clock=lambda: clock[0], watched=True)
     assert floors.behind() is None  # no floor: claims walk from the head anyway
     _, plan = floors.plan(["q", "r"])  # their full claims
     floors.learn(plan, [{"id": 1, "queue": "q", "priority": 3, "was_due": 50.0}])

@@ -62,7 +62,7 @@ class PostgresClaimSession(ClaimSession):
         #: Callbacks of the requests sent and not yet answered, oldest first.
         self._waiting: deque[Callable[[Rows], None]] = deque()
         self.broken = False
-        if store.floors.enabled and store.options.claim_floor_watch:
+        if store.floors.watched:
             store.floor_watch.ensure_started()  # the walk behind the floors, off this session
 
     @property

@@ -30,13 +30,12 @@ Guarantees:
     (no waiter, quiet mode, a lost connection), anything else: with
     ``claim_floor_watch``, every ``claim_floor_rescan`` / 2 seconds the floors' watch
     (``lookbehind.py``, a thread of a process with a claim session) looks behind each
-    floor of the queues claimed
-    since its last look from the head of its priority, on a pooled connection, and
-    lowers the floors below what it finds
-    (:meth:`behind`, :meth:`looked`); a queue not looked behind for
-    ``claim_floor_rescan`` seconds (no watch, the default; a bare ``Store.claim``; a
-    watch that failed) gets a full claim, from the head, instead. So such a job waits at most
-    ``claim_floor_rescan`` once claimable (plus the time until a claim: a wake-up or the
+    floor of the queues claimed since its last look, from the head of its priority, on a
+    pooled connection, and lowers the floors below what it finds (:meth:`behind`,
+    :meth:`looked`); a queue not looked behind for ``claim_floor_rescan`` seconds (no
+    watch, the default; a bare ``Store.claim``; a watch that failed) gets a full claim,
+    from the head, instead. So such a job waits at most ``claim_floor_rescan`` once
+    claimable (plus the time until a claim: a wake-up or the
     safety-net poll, whose due check walks from the head when that full claim is due,
     :meth:`probe`), and the walk over the dead entries before the floors, which grows
     with every job done behind a pinned horizon, does not hold up the claims pipelined
@@ -59,7 +58,10 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..options import StoreOptions
 
 #: The bounds of a band over every priority (``jobs.priority`` is a SMALLINT).
 TOP, BOTTOM = 32767, -32768
@@ -99,13 +101,17 @@ def bands(floors: Mapping[int, float]) -> list[tuple[int, int, float]]:
 
 def band_params(per_queue: Iterable[tuple[str, Mapping[int, float]]]) -> dict[str, Any]:
     """The ``bands`` fragment's parameters (queries.sql) for each queue's floors."""
+    return _params((queue, *band) for queue, floors in per_queue for band in bands(floors))
+
+
+def _params(rows: Iterable[tuple[str, int, int, float]]) -> dict[str, Any]:
+    """The ``bands`` fragment's parameters for these (queue, hi, lo, run_from) bands."""
     params: dict[str, list] = {"b_queue": [], "b_hi": [], "b_lo": [], "b_from": []}
-    for queue, floors in per_queue:
-        for hi, lo, run_from in bands(floors):
-            params["b_queue"].append(queue)
-            params["b_hi"].append(hi)
-            params["b_lo"].append(lo)
-            params["b_from"].append(run_from)
+    for queue, hi, lo, run_from in rows:
+        params["b_queue"].append(queue)
+        params["b_hi"].append(hi)
+        params["b_lo"].append(lo)
+        params["b_from"].append(run_from)
     return params
 
 
@@ -113,11 +119,18 @@ class ClaimFloors:
     """The claim floors of one store in one process (see the module docstring)."""
 
     def __init__(
-        self, margin: float, rescan: float, clock: Callable[[], float] = time.monotonic
+        self,
+        margin: float,
+        rescan: float,
+        clock: Callable[[], float] = time.monotonic,
+        watched: bool = False,
     ) -> None:
         self.margin = float(margin)
         self.rescan = float(rescan)
         self.enabled = self.rescan > 0
+        #: A watch looks behind these floors (``claim_floor_watch``): claims note their
+        #: queues for it (:meth:`behind`).
+        self.watched = self.enabled and watched
         self._clock = clock
         self._lock = threading.Lock()
         #: queue -> {priority: run_at from}
@@ -129,6 +142,15 @@ class ClaimFloors:
         #: The claims in flight (a claim that failed is forgotten with its plan).
         self._flying: weakref.WeakSet[Plan] = weakref.WeakSet()
         _ALL.add(self)
+
+    @classmethod
+    def of(cls, options: StoreOptions) -> ClaimFloors:
+        """The floors a store with these options keeps (``claim_floor_*``)."""
+        return cls(
+            options.claim_floor_margin,
+            options.claim_floor_rescan,
+            watched=options.claim_floor_watch,
+        )
 
     def _after_fork_in_child(self) -> None:
         self._lock = threading.Lock()
@@ -147,7 +169,7 @@ class ClaimFloors:
             return band_params((q, {}) for q in queues), plan
         with self._lock:
             now = self._clock()
-            if not peek:
+            if self.watched and not peek:
                 self._claimed.update(queues)
             chosen: list[tuple[str, Mapping[int, float]]] = []
             for queue in queues:
@@ -190,16 +212,12 @@ class ClaimFloors:
             now = self._clock()
             claimed, self._claimed = self._claimed, set()
             floors = [
-                (q, p, f) for q, fs in self._floors.items() if q in claimed for p, f in fs.items()
+                (q, p, p, f)
+                for q, fs in self._floors.items()
+                if q in claimed
+                for p, f in fs.items()
             ]
-        if not floors:
-            return None
-        return {
-            "b_queue": [q for q, _, _ in floors],
-            "b_hi": [p for _, p, _ in floors],
-            "b_lo": [p for _, p, _ in floors],
-            "b_from": [f for _, _, f in floors],
-        }, now
+        return (_params(floors), now) if floors else None
 
     def looked(
         self, params: Mapping[str, Any], at: float, found: Iterable[tuple[str, float]]

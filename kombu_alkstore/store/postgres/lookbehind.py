@@ -20,8 +20,7 @@ Guarantees:
 * A look that fails is logged and notes nothing: the queue's claims walk from the head
   once ``claim_floor_rescan`` has passed, as without a watch.
 * One thread per store and process, started with the first claim session (with the
-  option) and stopped
-  when the store closes; a forked child starts its own.
+  option) and stopped when the store closes; a forked child starts its own.
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ class PostgresStore(Store):
         self.lockspace = self.statements.lockspace
         self._sql = self.statements.sql
         #: Where claims start in the claim index (floors.py); the waiter lowers them.
-        self.floors = ClaimFloors(options.claim_floor_margin, options.claim_floor_rescan)
+        self.floors = ClaimFloors.of(options)
         #: Looks behind the floors from its own thread once a claim session starts.
         self.floor_watch = FloorWatch(self, options.claim_floor_rescan / 2)
         try:
