@@ -85,10 +85,15 @@ class StoreOptions:
     #: PostgreSQL: a worker looks behind its claim floors from a thread of its own
     #: (``store/postgres/lookbehind.py``), every ``claim_floor_rescan`` / 2 seconds on a
     #: pooled connection, instead of one claim from the head per queue every
-    #: ``claim_floor_rescan``. Behind a pinned horizon that walk grows with every dead
-    #: entry, and on the claims connection the claims and acks pipelined after it wait
-    #: for it; the cost is one more connection per busy worker process.
-    claim_floor_watch: bool = False
+    #: ``claim_floor_rescan``, while those claims are slow (``claim_floor_watch_after``).
+    #: Behind a pinned horizon that walk grows with every dead entry, and on the claims
+    #: connection the claims and acks pipelined after it wait for it; the watch costs one
+    #: more connection per busy worker process while it runs. False: never.
+    claim_floor_watch: bool = True
+    #: PostgreSQL: the watch starts once two claims from the head in a row each took this
+    #: long on the server (seconds), and stops after a look that took less than half of
+    #: it (or had nothing to look at). 0: it runs from a worker's first claim on.
+    claim_floor_watch_after: float = 0.025
 
     def __post_init__(self) -> None:
         validate_identifier(self.schema, "schema")
@@ -132,6 +137,7 @@ class StoreOptions:
         _positive(self.pool_max_idle, "pool_max_idle")
         _non_negative(self.claim_floor_margin, "claim_floor_margin")
         _non_negative(self.claim_floor_rescan, "claim_floor_rescan")
+        _non_negative(self.claim_floor_watch_after, "claim_floor_watch_after")
 
     @classmethod
     def names(cls) -> frozenset[str]:

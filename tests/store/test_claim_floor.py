@@ -216,7 +216,7 @@ def test_the_watch_finds_an_unheard_job_behind_the_floor_and_announces_it(pg_tar
     lowers this process's floors below a job landed behind them unheard, and announces
     it to every waiter; the queue's claims need no walk from the head meanwhile."""
     with (
-        pg_target.open(claim_floor_rescan=3600, claim_floor_watch=True) as store,
+        pg_target.open(claim_floor_rescan=3600, claim_floor_watch_after=0) as store,
         psycopg.connect(pg_target.url, autocommit=True) as listener,
     ):
         store.queue_declare("q")
@@ -237,19 +237,62 @@ def test_the_watch_finds_an_unheard_job_behind_the_floor_and_announces_it(pg_tar
         assert look_behind(store) == []  # nothing behind the floors: nothing announced
 
 
-def test_without_the_option_a_claim_session_starts_no_watch(floored):
-    session = floored.session()  # claim_floor_watch off (the default): no third connection
+def _claim_empty(session, queue: str, times: int) -> None:
+    """``times`` claims of a queue with no job: each walks from the head (no floor)."""
+    for _ in range(times):
+        session.claim([queue], 1, lambda got, more: None)
+        session.wait()
+
+
+def test_a_claim_session_whose_claims_from_the_head_are_quick_starts_no_watch(floored):
+    """The default: the watch waits for claims from the head that take 25 ms, which a
+    clean table never gives (so a busy worker holds two connections, issue 18)."""
+    session = floored.session()
     try:
-        assert not floored.floor_watch.running
+        _claim_empty(session, "q", 5)
+        assert not floored.floor_watch.running and not floored.floors.watched
     finally:
         session.close()
 
 
+def test_slow_claims_from_the_head_start_the_watch_and_an_idle_worker_stops_it(pg_target):
+    """Two claims from the head in a row at least ``claim_floor_watch_after`` each (a
+    microsecond here: every claim is) start the watch; once no queue with a floor is
+    claimed between two looks, it stops, and a slow claim starts it again."""
+    with pg_target.open(claim_floor_rescan=0.4, claim_floor_watch_after=1e-6) as store:
+        store.queue_declare("q")
+        session = store.session()
+        try:
+            _claim_empty(session, "q", 1)
+            assert not store.floor_watch.running  # one slow claim may be a hiccup
+            _claim_empty(session, "q", 1)
+            assert store.floor_watch.running and store.floors.watched
+            first = store.floor_watch._thread
+            first.join(5)  # "q" has no floor: the first look (0.2 s) has nothing to do
+            assert not first.is_alive() and not store.floor_watch.running
+            assert not store.floors.watched
+            _claim_empty(session, "q", 2)
+            assert store.floor_watch.running
+        finally:
+            session.close()
+
+
+def test_with_the_watch_off_slow_claims_start_none(pg_target):
+    with pg_target.open(claim_floor_watch=False, claim_floor_watch_after=0) as store:
+        store.queue_declare("q")
+        session = store.session()
+        try:
+            _claim_empty(session, "q", 3)
+            assert not store.floor_watch.running
+        finally:
+            session.close()
+
+
 def test_a_claim_session_runs_the_watch_until_the_store_closes(pg_target):
-    """With ``claim_floor_watch`` and a claim session open, the floors' watch thread
-    looks behind them every rescan / 2 seconds: an unheard job behind the floor lowers
-    them with no claim."""
-    store = pg_target.open(claim_floor_rescan=1.0, claim_floor_watch=True)
+    """With ``claim_floor_watch_after`` 0 and a claim session open, the floors' watch
+    thread looks behind them every rescan / 2 seconds: an unheard job behind the floor
+    lowers them with no claim."""
+    store = pg_target.open(claim_floor_rescan=1.0, claim_floor_watch_after=0)
     try:
         store.queue_declare("q")
         conn, run_at = _late_publish(store, pg_target)
@@ -359,7 +402,7 @@ def test_floors_bind_disjoint_bands_in_claim_order():
 
 def test_a_look_behind_the_floors_stands_for_the_full_claim():
     clock = [100.0]
-    floors = ClaimFloors(margin=0.0, rescan=10.0, clock=lambda: clock[0], watched=True)
+    floors = ClaimFloors(margin=0.0, rescan=10.0, clock=lambda: clock[0], watch=True)
     assert floors.behind() is None  # no floor: claims walk from the head anyway
     _, plan = floors.plan(["q", "r"])  # their full claims
     floors.learn(plan, [{"id": 1, "queue": "q", "priority": 3, "was_due": 50.0}])
@@ -376,6 +419,30 @@ def test_a_look_behind_the_floors_stands_for_the_full_claim():
     assert len(floors.plan(["r"])[0]["b_hi"]) == 1  # r has no floor to look behind
     clock[0] = 110.0  # no look since: the claim walks from the head
     assert len(floors.plan(["q"])[0]["b_hi"]) == 1
+
+
+def test_two_slow_claims_from_the_head_in_a_row_call_for_the_watch_and_a_quick_look_ends_it():
+    floors = ClaimFloors(margin=0.0, rescan=10.0, watch=True, watch_after=0.025)
+    assert not floors.watched
+    _, full = floors.plan(["q"])
+    floors.learn(full, [{"id": 1, "queue": "q", "priority": 0, "was_due": 5.0}])
+    _, floored = floors.plan(["q"])
+    assert full.full and not floored.full
+    assert not floors.walked(full, 0.2)
+    assert not floors.walked(full, 0.01)  # not in a row: counted anew
+    assert not floors.walked(full, 0.2)
+    assert not floors.walked(floored, 9.0)  # a claim from its floor says nothing
+    assert floors.walked(full, 0.03) and floors.watched
+    assert floors.walked(full, 0.0)  # while watched, a claim restarts a stopped watch
+    assert not floors.calm(0.02)  # a look at least half the bound: it goes on
+    assert floors.calm(0.01) and not floors.watched
+    assert not floors.walked(full, 1.0)
+    floors.walked(full, 1.0)
+    assert floors.calm(None)  # nothing to look behind: the worker is idle
+    always = ClaimFloors(margin=0.0, rescan=10.0, watch=True, watch_after=0.0)
+    assert always.watched and not always.calm(None) and not always.calm(0.0)
+    never = ClaimFloors(margin=0.0, rescan=10.0, watch=False, watch_after=0.0)
+    assert not never.watched and not never.walked(full, 9.0)
 
 
 def test_a_lowering_heard_during_a_claim_caps_what_it_learns():

@@ -16,10 +16,16 @@ Guarantees:
   that committed lapses after its visibility timeout, an ack that did not land lets its
   message be delivered again), which is what at-least-once delivery allows.
 * Not thread-safe: one thread (the event loop's) sends and reads.
+* Each request learns what it took on the server, as far as the client can tell: from
+  when it was sent, or the answer before it read (the server runs them in order), to
+  when its answer was read (:attr:`_Request.took`). A claim that walked from the head
+  hands that to the floors, which start the watch behind them when it keeps growing
+  (``ClaimFloors.walked``, lookbehind.py).
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -59,8 +65,10 @@ class PostgresClaimSession(ClaimSession):
         self._pipe = PipelineSession(
             conn, self._statements.subset(SESSION_STATEMENTS), prepared=prepared
         )
-        #: Callbacks of the requests sent and not yet answered, oldest first.
-        self._waiting: deque[Callable[[Rows], None]] = deque()
+        #: The requests sent and not yet answered, oldest first.
+        self._waiting: deque[_Request] = deque()
+        #: When the last answer was read (the server was on to the next request).
+        self._answered_at = 0.0
         self.broken = False
         if store.floors.watched:
             store.floor_watch.ensure_started()  # the walk behind the floors, off this session
@@ -112,11 +120,13 @@ class PostgresClaimSession(ClaimSession):
         def answered(rows: Rows) -> None:
             if isinstance(rows, BaseException):
                 callback(rows, False)
-            else:
-                floors.learn(plan, rows)
-                callback(*claimed_deliveries(rows))
+                return
+            floors.learn(plan, rows)
+            if floors.walked(plan, request.took):  # slow from the head: look from a thread
+                self._store.floor_watch.ensure_started()
+            callback(*claimed_deliveries(rows))
 
-        self._send(claim_key(queues), claim_params(queues, int(limit), bands), answered)
+        request = self._send(claim_key(queues), claim_params(queues, int(limit), bands), answered)
 
     def ack(self, deliveries: Sequence[Delivery], callback: Answer) -> None:
         held = list(deliveries)
@@ -176,28 +186,39 @@ class PostgresClaimSession(ClaimSession):
             self._send("rates_trim", {"before": trim_before}, _outcome(callback, _none))
 
     # ---------------------------------------------------------------- plumbing
-    def _send(self, key: str, params: Mapping[str, Any], callback: Callable[[Rows], None]) -> None:
+    def _send(
+        self, key: str, params: Mapping[str, Any], callback: Callable[[Rows], None]
+    ) -> _Request:
         """Send statement ``key``; ``callback`` gets its rows or its exception. Raises
         :class:`psycopg.OperationalError` (after failing every callback in flight) when
         the connection is lost."""
         if self.broken:
             raise psycopg.OperationalError("the claim connection was lost")
+        request = _Request(callback)
         try:
             self._pipe.send([(key, self._statements.params(params))])
-            self._waiting.append(callback)
+            self._waiting.append(request)
             self._pipe.flush(self.on_readable)  # rare: the socket buffer is full
         except psycopg.OperationalError as exc:
             self._fail(exc, [])
             raise
+        return request
 
     def _pair(self, answers: list[Rows]) -> list[tuple[Callable[[Rows], None], Rows]]:
-        return [(self._waiting.popleft(), answer) for answer in answers]
+        now = time.monotonic()
+        paired = []
+        for answer in answers:
+            request = self._waiting.popleft()
+            request.took = now - max(request.sent, self._answered_at)
+            self._answered_at = now
+            paired.append((request.callback, answer))
+        return paired
 
     def _fail(self, exc: BaseException, answered: list) -> None:
         """The connection is gone: run the callbacks already ``answered``, then give
         ``exc`` to every request still in flight."""
         self.broken = True
-        answered += [(callback, exc) for callback in self._waiting]
+        answered += [(request.callback, exc) for request in self._waiting]
         self._waiting.clear()
         self._run(answered)
 
@@ -212,6 +233,19 @@ class PostgresClaimSession(ClaimSession):
                 error = error or exc
         if error is not None:
             raise error
+
+
+class _Request:
+    """A request in flight: its callback, when it was sent, and (once answered) about
+    how long the server took to run it (0 when its answer came in one read with the one
+    before it: the client cannot tell them apart)."""
+
+    __slots__ = ("callback", "sent", "took")
+
+    def __init__(self, callback: Callable[[Rows], None]) -> None:
+        self.callback = callback
+        self.sent = time.monotonic()
+        self.took = 0.0
 
 
 def _none(rows: Any) -> None:

@@ -74,10 +74,12 @@ class Plan:
     what it learns (:meth:`ClaimFloors.learn`), so a floor learnt from a claim never
     lands above a job announced meanwhile."""
 
-    __slots__ = ("queues", "caps", "void", "__weakref__")
+    __slots__ = ("queues", "caps", "void", "full", "__weakref__")
 
     def __init__(self, queues: Sequence[str]) -> None:
         self.queues = frozenset(queues)
+        #: It walks some queue from the head (its full claim is due, or it has no floor).
+        self.full = False
         #: queue -> the highest floor it may learn (a job announced meanwhile).
         self.caps: dict[str, float] = {}
         #: A reset was heard meanwhile: it learns nothing.
@@ -123,14 +125,20 @@ class ClaimFloors:
         margin: float,
         rescan: float,
         clock: Callable[[], float] = time.monotonic,
-        watched: bool = False,
+        watch: bool = False,
+        watch_after: float = 0.0,
     ) -> None:
         self.margin = float(margin)
         self.rescan = float(rescan)
         self.enabled = self.rescan > 0
-        #: A watch looks behind these floors (``claim_floor_watch``): claims note their
-        #: queues for it (:meth:`behind`).
-        self.watched = self.enabled and watched
+        #: A watch may look behind these floors (``claim_floor_watch``) ...
+        self.watch = self.enabled and watch
+        #: ... once claims from the head take this long (seconds; 0: from the start).
+        self.watch_after = float(watch_after)
+        #: A watch looks behind them now: claims note their queues for it (:meth:`behind`).
+        self.watched = self.watch and not self.watch_after
+        #: Claims from the head in a row that took at least ``watch_after``.
+        self._slow = 0
         self._clock = clock
         self._lock = threading.Lock()
         #: queue -> {priority: run_at from}
@@ -149,7 +157,8 @@ class ClaimFloors:
         return cls(
             options.claim_floor_margin,
             options.claim_floor_rescan,
-            watched=options.claim_floor_watch,
+            watch=options.claim_floor_watch,
+            watch_after=options.claim_floor_watch_after,
         )
 
     def _after_fork_in_child(self) -> None:
@@ -158,6 +167,8 @@ class ClaimFloors:
         self._full_at.clear()
         self._claimed = set()
         self._flying = weakref.WeakSet()
+        self.watched = self.watch and not self.watch_after  # the parent's watch stayed there
+        self._slow = 0
 
     def plan(self, queues: Sequence[str], peek: bool = False) -> tuple[dict[str, Any], Plan]:
         """The band parameters of a claim of ``queues`` and its :class:`Plan`. A queue
@@ -178,6 +189,7 @@ class ClaimFloors:
                 if due and not peek:
                     self._full_at[queue] = now
                     floors = {}
+                plan.full = plan.full or not floors
                 chosen.append((queue, dict(floors)))
             if not peek:
                 self._flying.add(plan)
@@ -230,6 +242,41 @@ class ClaimFloors:
         with self._lock:
             for queue in set(params["b_queue"]):
                 self._full_at[queue] = max(self._full_at.get(queue, at), at)
+
+    #: A watch started on slow claims stops after a look that took less than this share
+    #: of ``watch_after`` (or had nothing to look at).
+    CALM = 0.5
+    #: Slow claims from the head in a row that start the watch: one slow claim may be a
+    #: hiccup of the client's machine; behind a pin every claim from the head is slow.
+    SLOW_IN_A_ROW = 2
+
+    def walked(self, plan: Plan, took: float) -> bool:
+        """``plan``'s claim took ``took`` seconds on the server: whether a watch should
+        run now. It should (and the floors are watched from then on) once this claim
+        walked from the head and it and the claim from the head before it each took at
+        least ``watch_after``; and while they are watched (so a claim restarts a watch
+        that stopped as it was called for)."""
+        if not (plan.full and self.watch):
+            return False
+        with self._lock:
+            if not self.watched:
+                self._slow = self._slow + 1 if took >= self.watch_after else 0
+                if self._slow >= self.SLOW_IN_A_ROW:
+                    self._slow, self.watched = 0, True
+            return self.watched
+
+    def calm(self, took: float | None) -> bool:
+        """The watch's look took ``took`` seconds (None: there was nothing to look at):
+        whether the watch stops now. True (and claims walk from the head again every
+        ``rescan``) for a watch started on slow claims whose look took less than
+        ``CALM`` × ``watch_after``: the horizon moved on, or VACUUM removed the dead
+        entries, or the worker is idle."""
+        if not self.watch_after or (took is not None and took >= self.CALM * self.watch_after):
+            return False
+        with self._lock:
+            self.watched = False
+            self._claimed = set()
+            return True
 
     def learn(self, plan: Plan, rows: Iterable[Mapping[str, Any]]) -> None:
         """A claim's rows (queue, priority, was_due): each (queue, priority) claimed

@@ -7,8 +7,8 @@ pinned xmin horizon keeps there. Done as a periodic full claim on the claim sess
 that walk (hundreds of milliseconds after half an hour behind a pin at 500 jobs/s) held
 up every claim, ack and heartbeat pipelined behind it. :class:`FloorWatch` does it from
 a thread of its own, on a pooled connection, every ``claim_floor_rescan`` / 2 seconds,
-where the store option ``claim_floor_watch`` is on (off by default: it holds one more
-connection per busy worker process).
+while the claims from the head are slow: it holds one more connection per busy worker
+process, which a worker whose claims are quick does not pay.
 
 Guarantees:
 
@@ -19,14 +19,20 @@ Guarantees:
   walks from the head (``ClaimFloors.behind``).
 * A look that fails is logged and notes nothing: the queue's claims walk from the head
   once ``claim_floor_rescan`` has passed, as without a watch.
-* One thread per store and process, started with the first claim session (with the
-  option) and stopped when the store closes; a forked child starts its own.
+* One thread per store and process. With the store option ``claim_floor_watch`` (on by
+  default) it starts once two claims from the head in a row on a claim session each
+  took ``claim_floor_watch_after`` seconds (``ClaimFloors.walked``: behind a pinned
+  horizon they grow with every job done), or with the first claim session where that is
+  0. It stops after a look that took less than half of that, or had nothing to look at
+  (``ClaimFloors.calm``: the horizon moved on, VACUUM removed the dead entries, the
+  worker went idle), and when the store closes; a forked child starts its own.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from typing import TYPE_CHECKING
 
@@ -36,12 +42,13 @@ if TYPE_CHECKING:
     from .store import PostgresStore
 
 
-def look_behind(store: PostgresStore) -> list[tuple[str, float]]:
+def look_behind(store: PostgresStore) -> list[tuple[str, float]] | None:
     """One look behind ``store``'s floors in this process: the (queue, run_at) of the
-    first due job found behind each floor, announced, and the floors lowered below."""
+    first due job found behind each floor, announced, and the floors lowered below;
+    None when there was nothing to look behind (no floor of a queue claimed since)."""
     behind = store.floors.behind()
     if behind is None:
-        return []
+        return None
     params, at = behind
     found = [(r["queue"], r["run_at"]) for r in store._all("look_behind", params)]
     store.floors.looked(params, at, found)
@@ -70,12 +77,19 @@ class FloorWatch(WorkerThread):
             store = self._store()
             if store is None or store.closed:
                 return
+            started = time.monotonic()
             try:
-                look_behind(store)
+                looked = look_behind(store)
+                took = None if looked is None else time.monotonic() - started
+                calm = store.floors.calm(took)
             except Exception as exc:
                 self._failed(
                     "the look behind the claim floors",
                     exc,
                     "claims walk from the head until one succeeds",
                 )
+                calm = False
             del store
+            if calm:
+                self.stop()  # claims walk from the head again; slow ones start it anew
+                return
