@@ -78,7 +78,7 @@ class StoreOptions:
     claim_floor_margin: float = 0.0
     #: PostgreSQL: with claim floors, what lies behind them is looked for from the head
     #: at least this often (seconds): by the queue's next claim, or with
-    #: ``claim_floor_watch`` by a worker's own thread every half of it. So what a floor
+    #: the floors' watch (``claim_floor_watch``) every half of it. So what a floor
     #: may have skipped unheard (a claim rolled back elsewhere, a notification missed) waits
     #: at most this long. 0: no claim floors, every claim walks from the head.
     claim_floor_rescan: float = 10.0

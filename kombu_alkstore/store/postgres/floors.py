@@ -27,13 +27,14 @@ Guarantees:
     letter requeued, a queue resumed) drops the queue's floors;
   - a job published with an eta already past: the same NOTIFY;
   - a job another worker's claim locked and then rolled back, a notification missed
-    (no waiter, quiet mode, a lost connection), anything else: with
-    ``claim_floor_watch``, every ``claim_floor_rescan`` / 2 seconds the floors' watch
-    (``lookbehind.py``, a thread of a process with a claim session) looks behind each
-    floor of the queues claimed since its last look, from the head of its priority, on a
-    pooled connection, and lowers the floors below what it finds (:meth:`behind`,
-    :meth:`looked`); a queue not looked behind for ``claim_floor_rescan`` seconds (no
-    watch, the default; a bare ``Store.claim``; a watch that failed) gets a full claim,
+    (no waiter, quiet mode, a lost connection), anything else: while the floors' watch
+    runs (``lookbehind.py``, a thread of a process with a claim session, started once
+    its claims from the head grow slow, :meth:`walked`, :meth:`calm`), every
+    ``claim_floor_rescan`` / 2 seconds it looks behind each floor of the queues claimed
+    since its last look, from the head of its priority, on a pooled connection, and
+    lowers the floors below what it finds (:meth:`behind`, :meth:`looked`); a queue not
+    looked behind for ``claim_floor_rescan`` seconds (no watch running; a bare
+    ``Store.claim``; a watch that failed) gets a full claim,
     from the head, instead. So such a job waits at most ``claim_floor_rescan`` once
     claimable (plus the time until a claim: a wake-up or the
     safety-net poll, whose due check walks from the head when that full claim is due,
