@@ -67,6 +67,7 @@ class Waiter(abc.ABC):
     def hear_wakeups(self, on: bool) -> bool:
         """Stop (``on`` False) or resume hearing the store's announcements of new jobs and
         routing changes; hand-offs to this waiter keep arriving either way. Resumed, every
-        job committed from then on is announced. Returns False when the engine cannot
-        stop them (they are always heard)."""
+        job committed from then on is announced; one committed before is found by the
+        claim the caller makes next (publishes no waiter hears may announce nothing).
+        Returns False when the engine cannot stop them (they are always heard)."""
         return False

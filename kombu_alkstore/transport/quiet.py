@@ -2,7 +2,8 @@
 the store's announcements of new jobs.
 
 Every publish announces its job to every LISTENing consumer of the store (PostgreSQL's
-NOTIFY reaches them all), and each wakes its event loop for it. A busy one takes
+NOTIFY reaches them all; none while no consumer hears, see ``unheard`` in the engine's
+queries.sql), and each wakes its event loop for it. A busy one takes
 nothing from it: it claims again as acks free its slots. With many busy workers that is
 most of a publish's cost, paid by the server and by every worker (``benchmarks/
 many_hosts.py``, "publish while busy").

@@ -43,6 +43,22 @@ ARRAY(SELECT queue FROM {paused_queues})
 -- run_at and queue of the statement's rows.
 pg_notify(%(channel)s, json_build_array(run_at, queue)::text)
 
+-- fragment: hear_keys
+-- How many keys the waiters' hearing locks span (second keys -1 .. -hear_keys; a
+-- waiter's liveness lock takes its positive backend pid): a publisher tries the one its
+-- backend's pid picks, so concurrent publishers seldom try the same one.
+8
+
+-- fragment: unheard
+-- True when no waiter hears the store's announcements now, so a publish need not make
+-- one: a NOTIFY takes a lock at commit that every notifying commit of the server waits
+-- for, through its WAL flush. A waiter hears while it holds each hearing key shared
+-- (waiter_hear, then its LISTEN, then a claim). This takes its key exclusively until
+-- the transaction ends, so a waiter starting to hear meanwhile waits for this commit,
+-- and its claim finds the job; one that holds it already makes this false. Only in a
+-- transaction of the publish's own: in a caller's, it would hold up the waiters.
+pg_try_advisory_xact_lock(%(lockspace)s::int, -1 - mod(pg_backend_pid(), {hear_keys}))
+
 -- fragment: wake_now
 -- Announce due work on the column queue (no due time: due now).
 pg_notify(%(channel)s, json_build_array(NULL::float8, queue)::text)
@@ -147,6 +163,17 @@ SELECT pg_backend_pid() AS pid, {handoff_prefix} || pg_backend_pid() AS handoff_
 -- Held while the waiter lives: its offers are live (see offer_dead).
 SELECT pg_advisory_lock(%(lockspace)s::int, %(pid)s::int)
 
+-- name: waiter_hear
+-- Held while the waiter hears the store's announcements (taken before its LISTEN, which
+-- a claim follows): publishes announce their jobs (see unheard).
+SELECT count(pg_advisory_lock_shared(%(lockspace)s::int, -k)) AS keys
+FROM generate_series(1, {hear_keys}) AS k
+
+-- name: waiter_deaf
+-- The waiter stopped hearing them (UNLISTEN): release waiter_hear's keys.
+SELECT count(pg_advisory_unlock_shared(%(lockspace)s::int, -k)) AS keys
+FROM generate_series(1, {hear_keys}) AS k
+
 -- name: withdraw_offers
 DELETE FROM {offers} WHERE pid = %(pid)s
 
@@ -221,8 +248,9 @@ ins AS (
             deadline, msg_id, body, visibility_timeout
 )
 SELECT ins.id, CASE
-  WHEN w.pid IS NULL THEN {wake}
-  ELSE pg_notify({handoff_prefix} || w.pid, {handoff_object})
+  WHEN w.pid IS NOT NULL THEN pg_notify({handoff_prefix} || w.pid, {handoff_object})
+  WHEN %(handoff)s::boolean AND {unheard} THEN NULL  -- not in the caller's transaction
+  ELSE {wake}
   END AS notified
 FROM ins LEFT JOIN w ON true
 

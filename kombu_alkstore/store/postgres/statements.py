@@ -52,6 +52,8 @@ OWN_STATEMENTS = frozenset(
         "identify",
         "waiter_start",
         "waiter_lock",
+        "waiter_hear",
+        "waiter_deaf",
         "withdraw_offers",
         "insert",
         "insert_unique",

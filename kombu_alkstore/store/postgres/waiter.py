@@ -35,6 +35,8 @@ class PostgresWaiter(Waiter):
     """A dedicated autocommit connection LISTENing on the store's channel.
 
     Wake-ups on the store's channel are ``[run_at, queue]`` (JSON) or ``"routing"``.
+    While it hears them it holds the hearing locks (``waiter_hear``): a publish made
+    while no waiter holds them announces nothing (``unheard`` in queries.sql).
     It also takes hand-offs: while it lives its backend holds the advisory lock
     ``(lockspace, pid)``, which tells publishers its offers (rows in ``offers`` under its
     pid, its :attr:`address`) are live, and it LISTENs on its own channel, where a
@@ -52,6 +54,7 @@ class PostgresWaiter(Waiter):
         me = self._run("waiter_start").fetchone()
         self._pid: int = me["pid"]
         self._handoff_channel: str = me["handoff_channel"]
+        self._run("waiter_hear")  # publishes announce their jobs from here (see hear_wakeups)
         self._listen(self._statements.channel)
         self._run("waiter_lock", {"pid": self._pid})
         self._listen(self._handoff_channel)
@@ -73,9 +76,17 @@ class PostgresWaiter(Waiter):
     def hear_wakeups(self, on: bool) -> bool:
         # LISTEN takes effect at its commit (autocommit: on return); notifications read
         # during the round trip wait in the connection for the next poll().
-        self._listen(self._statements.channel, on)
-        if on:  # what was announced while not listening went unheard (floors.py)
+        if on:
+            # The hearing locks wait for the publishes that found none hearing. What
+            # committed before the LISTEN is found by the claim the caller makes next
+            # (announced or not); what commits after it is announced.
+            self._run("waiter_hear")
+            self._listen(self._statements.channel)
+            # What was announced (or not) while not listening went unheard (floors.py).
             self._store.floors.reset()
+        else:
+            self._run("waiter_deaf")
+            self._listen(self._statements.channel, False)
         return True
 
     @property

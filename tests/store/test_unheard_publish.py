@@ -1,0 +1,96 @@
+"""Publishes that no waiter hears announce nothing (PostgreSQL, ``unheard`` in
+queries.sql): a NOTIFY takes a lock at commit that every notifying commit of the server
+waits for, so a publish skips it while no waiter holds the hearing locks (no worker
+runs, or every worker is busy and quiet). A waiter starting to hear waits for the
+publishes that found none, then claims: nothing published is missed.
+
+A real PostgreSQL; each test in its own schema (its own channel and lockspace). What
+the publisher announces is read on a raw LISTEN connection, which holds no hearing lock.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+
+from kombu_alkstore.store import NewJob
+from kombu_alkstore.store.ambient import bound_connection
+
+
+@pytest.fixture
+def store(pg_target):
+    with pg_target.open() as store:
+        store.queue_declare("q")
+        yield store
+
+
+@pytest.fixture
+def raw(pg_target, store):
+    """A LISTEN on the store's channel that holds no hearing lock."""
+    with psycopg.connect(pg_target.url, autocommit=True) as conn:
+        conn.execute(f'LISTEN "{store.statements.channel}"')
+        yield conn
+
+
+def _heard(conn: psycopg.Connection) -> list[str]:
+    return [n.payload for n in conn.notifies(timeout=0.5)]
+
+
+def test_a_publish_no_waiter_hears_announces_nothing(store, raw):
+    store.publish([NewJob("q", b"unheard")])
+    assert _heard(raw) == []
+    (got,) = store.claim(["q"], 1)  # it is there all the same
+    assert got.body == b"unheard"
+
+
+def test_a_publish_is_announced_while_a_waiter_hears_and_not_while_it_is_quiet(store, raw):
+    waiter = store.waiter()
+    try:
+        store.publish([NewJob("q", b"heard")])
+        assert len(_heard(raw)) == 1
+        assert waiter.wait(2).queues == {"q"}
+        waiter.hear_wakeups(False)  # quiet: a busy worker's
+        store.publish([NewJob("q", b"quiet")])
+        assert _heard(raw) == []
+        waiter.hear_wakeups(True)
+        store.publish([NewJob("q", b"again")])
+        assert len(_heard(raw)) == 1
+    finally:
+        waiter.close()
+    store.publish([NewJob("q", b"closed")])  # its connection gone, its locks with it
+    assert _heard(raw) == []
+
+
+def test_a_publish_in_the_callers_transaction_is_announced(store, raw, pg_target):
+    """There the hearing key would be held until the caller commits, and the waiters
+    starting to hear would wait that long: such a publish always announces."""
+    with psycopg.connect(pg_target.url) as conn, bound_connection(conn):
+        store.publish([NewJob("q", b"in a transaction")])
+        conn.commit()
+    assert len(_heard(raw)) == 1
+
+
+def test_a_waiter_starting_to_hear_waits_for_a_publish_that_found_none(store, pg_target):
+    """The order that loses nothing: the publish took its hearing key before the waiter
+    took the keys, so the waiter waits for its commit, and the claim it then makes finds
+    the job (a publish after the waiter took them would announce it)."""
+    waiter = store.waiter()
+    waiter.hear_wakeups(False)
+    publisher = psycopg.connect(pg_target.url)  # the insert held open in a transaction
+    try:
+        params = store._insert_params(NewJob("q", b"racing").checked())
+        publisher.execute(store._sql["insert"], params)
+        hearing = threading.Thread(target=waiter.hear_wakeups, args=(True,))
+        hearing.start()
+        hearing.join(0.5)
+        assert hearing.is_alive(), "the waiter heard again before the publish committed"
+        publisher.commit()
+        hearing.join(5)
+        assert not hearing.is_alive()
+        (got,) = store.claim(["q"], 1)
+        assert got.body == b"racing"
+    finally:
+        publisher.close()
+        waiter.close()
