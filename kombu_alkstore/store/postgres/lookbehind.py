@@ -36,7 +36,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING
 
-from ...worker_thread import WorkerThread
+from ...worker_thread import WorkerThread, logger
 
 if TYPE_CHECKING:
     from .store import PostgresStore
@@ -72,6 +72,15 @@ class FloorWatch(WorkerThread):
             self._pid, self._thread = os.getpid(), None
         super().ensure_started()
 
+    def _starting(self) -> None:
+        # What an operator can see of it, beside its connection: behind a pinned horizon
+        # this is one of the first signs in a worker's log.
+        logger.info(
+            "alkstore: looking behind the claim floors from a thread (pid %d): claims "
+            "from the head have grown slow (dead rows a pinned xmin horizon keeps?)",
+            os.getpid(),
+        )
+
     def _run(self, stop: threading.Event) -> None:
         while not stop.wait(self._interval):
             store = self._store()
@@ -91,5 +100,10 @@ class FloorWatch(WorkerThread):
                 calm = False
             del store
             if calm:
+                logger.info(
+                    "alkstore: stopped looking behind the claim floors from a thread: "
+                    "the look was quick, or the worker idle (pid %d)",
+                    os.getpid(),
+                )
                 self.stop()  # claims walk from the head again; slow ones start it anew
                 return
