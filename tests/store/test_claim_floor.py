@@ -259,7 +259,7 @@ def test_slow_claims_from_the_head_start_the_watch_and_an_idle_worker_stops_it(p
     """Two claims from the head in a row at least ``claim_floor_watch_after`` each (a
     microsecond here: every claim is) start the watch; once no queue with a floor is
     claimed between two looks, it stops, and a slow claim starts it again."""
-    with pg_target.open(claim_floor_rescan=0.4, claim_floor_watch_after=1e-6) as store:
+    with pg_target.open(claim_floor_rescan=2.0, claim_floor_watch_after=1e-6) as store:
         store.queue_declare("q")
         session = store.session()
         try:
@@ -268,7 +268,7 @@ def test_slow_claims_from_the_head_start_the_watch_and_an_idle_worker_stops_it(p
             _claim_empty(session, "q", 1)
             assert store.floor_watch.running and store.floors.watched
             first = store.floor_watch._thread
-            first.join(5)  # "q" has no floor: the first look (0.2 s) has nothing to do
+            first.join(5)  # "q" has no floor: the first look (at 1 s) has nothing to do
             assert not first.is_alive() and not store.floor_watch.running
             assert not store.floors.watched
             _claim_empty(session, "q", 2)
