@@ -59,7 +59,8 @@ app.conf.update(
 
 @app.task(bind=True)
 def stamp(self, *args: object, **kwargs: object) -> None:
-    """Record ``schedule, boundary, start time, pid`` for one run (boundary from headers)."""
+    """Record ``schedule, boundary, start time, pid, arguments, task id`` for one run
+    (boundary from headers; the task id tells a fire from a delivery of it again)."""
     started = time.time()
     request = self.request
     record(
@@ -68,6 +69,7 @@ def stamp(self, *args: object, **kwargs: object) -> None:
         repr(started),
         os.getpid(),
         json.dumps([list(args), kwargs]),
+        request.id,
     )
 
 
