@@ -126,10 +126,11 @@ def test_failover_to_a_promoted_standby(synchronous, tmp_path):
         recover = after[0] - promoted if after else None
         # A boundary fired twice has two jobs (task ids); one job run twice is a delivery
         # again (at-least-once: an ack, committed asynchronously, lost with the primary).
-        fires = {(r[1], r[5]) for r in read_record(beats) if r[0] == "tick"}
-        fired = collections.Counter(float(b) for b, _ in fires)
+        ticks = [r for r in read_record(beats) if r[0] == "tick"]
+        fires = {(float(r[1]), r[5]) for r in ticks}
+        fired = collections.Counter(b for b, _ in fires)
         refired = sorted(b for b, c in fired.items() if c > 1)
-        rerun = len(runs(beats)) - len(fires)
+        rerun = len(ticks) - len(fires)
         print(
             f"{'sync' if synchronous else 'async'} failover: confirmed {len(confirmed)}, "
             f"unconfirmed {len(failed)}, ran {len(ran)}, lost {len(lost)}, "

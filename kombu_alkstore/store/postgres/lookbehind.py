@@ -75,10 +75,16 @@ class FloorWatch(WorkerThread):
     def _starting(self) -> None:
         # What an operator can see of it, beside its connection: behind a pinned horizon
         # this is one of the first signs in a worker's log.
+        store = self._store()
+        why = (
+            "claims from the head have grown slow (dead rows a pinned xmin horizon keeps?)"
+            if store is None or store.floors.watch_after
+            else "claim_floor_watch_after is 0"
+        )
         logger.info(
-            "alkstore: looking behind the claim floors from a thread (pid %d): claims "
-            "from the head have grown slow (dead rows a pinned xmin horizon keeps?)",
+            "alkstore: looking behind the claim floors from a thread (pid %d): %s",
             os.getpid(),
+            why,
         )
 
     def _run(self, stop: threading.Event) -> None:
