@@ -38,41 +38,54 @@ def _heard(conn: psycopg.Connection) -> list[str]:
     return [n.payload for n in conn.notifies(timeout=0.5)]
 
 
-def test_a_publish_no_waiter_hears_announces_nothing(store, raw):
-    store.publish([NewJob("q", b"unheard")])
+# Each test publishes plain jobs and jobs with a unique key (statement insert_unique),
+# each job its own key.
+unique = pytest.mark.parametrize("unique", [False, True], ids=["plain", "unique"])
+
+
+def _job(body: bytes, unique: bool) -> NewJob:
+    return NewJob("q", body, unique_key=body.decode() if unique else None)
+
+
+@unique
+def test_a_publish_no_waiter_hears_announces_nothing(store, raw, unique):
+    store.publish([_job(b"unheard", unique)])
     assert _heard(raw) == []
     (got,) = store.claim(["q"], 1)  # it is there all the same
     assert got.body == b"unheard"
 
 
-def test_a_publish_is_announced_while_a_waiter_hears_and_not_while_it_is_quiet(store, raw):
+@unique
+def test_a_publish_is_announced_while_a_waiter_hears_and_not_while_it_is_quiet(store, raw, unique):
     waiter = store.waiter()
     try:
-        store.publish([NewJob("q", b"heard")])
+        store.publish([_job(b"heard", unique)])
         assert len(_heard(raw)) == 1
         assert waiter.wait(2).queues == {"q"}
         waiter.hear_wakeups(False)  # quiet: a busy worker's
-        store.publish([NewJob("q", b"quiet")])
+        store.publish([_job(b"quiet", unique)])
         assert _heard(raw) == []
         waiter.hear_wakeups(True)
-        store.publish([NewJob("q", b"again")])
+        store.publish([_job(b"again", unique)])
         assert len(_heard(raw)) == 1
     finally:
         waiter.close()
-    store.publish([NewJob("q", b"closed")])  # its connection gone, its locks with it
+    store.publish([_job(b"closed", unique)])  # its connection gone, its locks with it
     assert _heard(raw) == []
 
 
-def test_a_publish_in_the_callers_transaction_is_announced(store, raw, pg_target):
+@unique
+def test_a_publish_in_the_callers_transaction_is_announced(store, raw, pg_target, unique):
     """There the hearing key would be held until the caller commits, and the waiters
     starting to hear would wait that long: such a publish always announces."""
     with psycopg.connect(pg_target.url) as conn, bound_connection(conn):
-        store.publish([NewJob("q", b"in a transaction")])
+        store.publish([_job(b"in a transaction", unique)])
         conn.commit()
     assert len(_heard(raw)) == 1
 
 
-def test_a_waiter_starting_to_hear_waits_for_a_publish_that_found_none(store, pg_target):
+@unique
+def test_a_waiter_starting_to_hear_waits_for_a_publish_that_found_none(store, pg_target, unique):
     """The order that loses nothing: the publish took its hearing key before the waiter
     took the keys, so the waiter waits for its commit, and the claim it then makes finds
     the job (a publish after the waiter took them would announce it)."""
@@ -80,8 +93,8 @@ def test_a_waiter_starting_to_hear_waits_for_a_publish_that_found_none(store, pg
     waiter.hear_wakeups(False)
     publisher = psycopg.connect(pg_target.url)  # the insert held open in a transaction
     try:
-        params = store._insert_params(NewJob("q", b"racing").checked())
-        publisher.execute(store._sql["insert"], params)
+        params = store._insert_params(_job(b"racing", unique).checked())
+        publisher.execute(store._sql["insert_unique" if unique else "insert"], params)
         hearing = threading.Thread(target=waiter.hear_wakeups, args=(True,))
         hearing.start()
         hearing.join(0.5)

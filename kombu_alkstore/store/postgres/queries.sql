@@ -261,7 +261,7 @@ FROM ins LEFT JOIN w ON true
 -- off: the hand-off locks an idle worker's offer row, and an insert whose key is held by
 -- a publish not yet committed waits for that transaction, so it would hold the offer
 -- (and the worker's next register) for as long. A duplicate inserts nothing, announces
--- nothing and returns no row.
+-- nothing and returns no row; nor, as in "insert", does a publish no waiter hears.
 WITH q AS (SELECT * FROM {queues} WHERE name = %(queue)s),
 ins AS (
   INSERT INTO {jobs} (queue, msg_id, body, priority, run_at, expires_at, max_attempts,
@@ -277,7 +277,11 @@ ins AS (
   ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
   RETURNING id, queue, run_at
 )
-SELECT id, {wake} AS notified FROM ins
+SELECT id, CASE
+  WHEN %(handoff)s::boolean AND {unheard} THEN NULL  -- not in the caller's transaction
+  ELSE {wake}
+  END AS notified
+FROM ins
 
 -- name: unique_holder
 -- The live job holding a unique key in a queue (at most one: the index jobs_unique).
