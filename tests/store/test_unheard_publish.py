@@ -107,3 +107,22 @@ def test_a_waiter_starting_to_hear_waits_for_a_publish_that_found_none(store, pg
     finally:
         publisher.close()
         waiter.close()
+
+
+def test_after_a_publish_nobody_heard_the_next_reads_no_offer_and_the_one_after_does(store):
+    """While nobody hears, no worker is idle and a publish reads no offer
+    (``insert_pending``); the first publish after an idle worker starts hearing is
+    announced to it rather than handed off, and the one after that is handed off."""
+    store.publish([NewJob("q", b"nobody")])  # heard by nobody
+    waiter = store.waiter()  # an idle worker: hears, and offers a slot
+    try:
+        store._run("register", {"pid": waiter.address, "chan": 7, "queues": ["q"], "slots": 2})
+        store.publish([NewJob("q", b"announced")])
+        first = waiter.wait(5)
+        assert (first.queues, first.handoffs) == ({"q"}, [])
+        store.publish([NewJob("q", b"handed off")])
+        [(chan, delivery)] = waiter.wait(5).handoffs
+        assert (chan, delivery.body) == (7, b"handed off")
+    finally:
+        waiter.close()
+    assert sorted(j.body for j in store.claim(["q"], 5)) == [b"announced", b"nobody"]

@@ -192,12 +192,11 @@ SELECT %(pid)s, %(chan)s, %(queues)s::text[], %(slots)s
 FROM g WHERE g.open AND cardinality(%(queues)s::text[]) > 0
 ON CONFLICT (pid, chan) DO UPDATE SET queues = EXCLUDED.queues, slots = EXCLUDED.slots
 
--- name: insert
--- A new due job goes to an idle consumer that offered a slot (a live row in "offers")
--- already claimed, and the notification carries it (the hand-off object, decoded by
--- postgres/handoff.py), so the consumer starts it without a claim round trip. Otherwise
--- it is pending and announced on the channel.
-WITH q AS (SELECT * FROM {queues} WHERE name = %(queue)s),
+-- fragment: new_job
+-- The CTEs q (the job's queue row) and v (one row: the new job's run_at, expires_at,
+-- max_attempts, vt, bb, and now): the message's own settings, else its queue's, else
+-- the store's.
+q AS (SELECT * FROM {queues} WHERE name = %(queue)s),
 v AS (
   SELECT COALESCE({now} + %(delay)s::float8, %(run_at)s::float8, {now}) AS run_at,
          COALESCE(%(expires_at)s::float8, {now} + (SELECT message_ttl FROM q)) AS expires_at,
@@ -205,7 +204,22 @@ v AS (
          COALESCE(%(vt)s::float8, (SELECT visibility_timeout FROM q), %(d_vt)s::float8) AS vt,
          COALESCE(%(bb)s::float8, (SELECT backoff_base FROM q), %(d_bb)s::float8) AS bb,
          {now} AS now
-),
+)
+
+-- fragment: announce
+-- The last branches of the CASE that makes a publish's column "notified": the job is
+-- announced on the channel (columns run_at and queue) unless no waiter hears, and then
+-- "notified" is NULL, which tells the publisher (see insert_pending). In the caller's
+-- transaction (handoff false) it is always announced.
+WHEN %(handoff)s::boolean AND {unheard} THEN NULL
+ELSE {wake}
+
+-- name: insert
+-- A new due job goes to an idle consumer that offered a slot (a live row in "offers")
+-- already claimed, and the notification carries it (the hand-off object, decoded by
+-- postgres/handoff.py), so the consumer starts it without a claim round trip. Otherwise
+-- it is pending and announced on the channel ("notified": NULL when nobody heard).
+WITH {new_job},
 w AS (
   UPDATE {offers} w SET slots = w.slots - 1
   FROM (
@@ -249,10 +263,24 @@ ins AS (
 )
 SELECT ins.id, CASE
   WHEN w.pid IS NOT NULL THEN pg_notify({handoff_prefix} || w.pid, {handoff_object})
-  WHEN %(handoff)s::boolean AND {unheard} THEN NULL  -- not in the caller's transaction
-  ELSE {wake}
+  {announce}
   END AS notified
 FROM ins LEFT JOIN w ON true
+
+-- name: insert_pending
+-- "insert" without looking for an idle consumer's offer: the job is pending, and
+-- announced unless no waiter hears. A publisher runs it while its last publish was
+-- heard by nobody (Store._insert_rows): then no worker is idle, so no offer is worth
+-- reading, and the offer scan, its gate and the UPDATE cost about a third of the
+-- statement's server time (docs/benchmarks.md). A worker that starts hearing meanwhile
+-- is woken and claims the job, and this publish's answer sends the next to "insert".
+WITH {new_job}
+INSERT INTO {jobs} (queue, msg_id, body, priority, run_at, expires_at, max_attempts,
+                    visibility_timeout, backoff_base, created_at, limit_key)
+SELECT %(queue)s, %(msg_id)s, %(body)s::bytea, %(priority)s, v.run_at, v.expires_at,
+       v.max_attempts, v.vt, v.bb, v.now, %(limit_key)s::text
+FROM v
+RETURNING id, CASE {announce} END AS notified
 
 -- name: insert_unique
 -- A job with a unique key (see store/unique.py): inserted unless a live job of its queue
@@ -277,11 +305,7 @@ ins AS (
   ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
   RETURNING id, queue, run_at
 )
-SELECT id, CASE
-  WHEN %(handoff)s::boolean AND {unheard} THEN NULL  -- not in the caller's transaction
-  ELSE {wake}
-  END AS notified
-FROM ins
+SELECT id, CASE {announce} END AS notified FROM ins
 
 -- name: unique_holder
 -- The live job holding a unique key in a queue (at most one: the index jobs_unique).

@@ -56,6 +56,7 @@ OWN_STATEMENTS = frozenset(
         "waiter_deaf",
         "withdraw_offers",
         "insert",
+        "insert_pending",
         "insert_unique",
         "heartbeat",
         "pend",

@@ -8,8 +8,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from itertools import groupby
-from operator import itemgetter
 from typing import Any, TypeVar
 
 import psycopg
@@ -41,6 +39,7 @@ from .claims import PostgresClaimSession
 from .conninfo import privileges_missing
 from .engine import ENGINE
 from .floors import ClaimFloors
+from .inserts import Inserts
 from .lookbehind import FloorWatch
 from .publisher import PipelinedPublisher
 from .statements import (
@@ -126,6 +125,7 @@ class PostgresStore(Store):
         self._fast = self._new_pool("fast", self._no_sync_commit())
         self._fast_keys = set(FAST_KEYS)
         self._publisher: PipelinedPublisher | None = None
+        self._inserts = Inserts(self._sql)
         self._publisher_lock = threading.Lock()
         if not options.durable_publish:
             self._fast_keys.add("insert")
@@ -272,32 +272,9 @@ class PostgresStore(Store):
         return self._insert_rows([self._insert_params(j) for j in jobs])
 
     def _insert_rows(self, params: list[dict[str, Any]]) -> list[int | None]:
-        """Insert jobs whose parameters :meth:`_insert_params` made (and checked); a job
-        with a unique key runs ``insert_unique`` (None: the key is held)."""
-        keys = ["insert" if p.get("unique_key") is None else "insert_unique" for p in params]
-        if len(params) == 1:
-            sql = self._sql[keys[0]]
-
-            def insert_one(conn: psycopg.Connection) -> int | None:
-                row = conn.cursor(row_factory=dict_row).execute(sql, params[0]).fetchone()
-                return row["id"] if row else None
-
-            return [self._with_conn(insert_one, "insert")]
-
-        def insert_all(conn: psycopg.Connection) -> list[int | None]:
-            ids: list[int | None] = []
-            with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-                # In the order given: each run of jobs with the same statement at once.
-                for key, run in groupby(zip(keys, params, strict=True), key=itemgetter(0)):
-                    cur.executemany(self._sql[key], [p for _, p in run], returning=True)
-                    while True:
-                        row = cur.fetchone()
-                        ids.append(row["id"] if row else None)
-                        if not cur.nextset():
-                            break
-            return ids
-
-        return self._with_conn(insert_all, "insert")
+        """Insert jobs whose parameters :meth:`_insert_params` made (and checked), by
+        :class:`.inserts.Inserts` (None: a unique key held)."""
+        return self._with_conn(lambda conn: self._inserts.run(conn, params), "insert")
 
     def publish(self, jobs: Sequence[NewJob]) -> None:
         if self.options.confirm_publish or AMBIENT.get() is not None:
