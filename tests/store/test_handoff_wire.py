@@ -93,8 +93,33 @@ def _largest_body(store, queue: str, msg_id: str) -> bytes:
         low, high = 0, 8000
         while low < high:  # the largest n whose size is within the limit
             mid = (low + high + 1) // 2
-            low, high = (mid, high) if size(mid) <= 7600 else (low, mid - 1)
+            low, high = (mid, high) if size(mid) <= handoff.MAX_BYTES else (low, mid - 1)
     return b"\xff" * low
+
+
+def test_the_publishers_size_check_agrees_with_postgresqls_json(pg_target):
+    """handoff.fits counts what PostgreSQL would write for the job's queue, message id
+    and base64 body (escapes, line breaks), without building it: the same answer for
+    every name, id and size tried, at the limit and around the base64's line breaks."""
+    names = ["q", "é-queue", 'qu"ote\\', "tab\tq", "🐍" * 20]
+    ids = [None, "m" * 36, 'id"\\\x01', "ü" * 100]
+    sizes = [0, 1, 2, 3, 56, 57, 58, 59, 114, *range(5600, 5720)]
+    sql = (
+        "SELECT octet_length(json_build_array(%s::text, %s::text,"
+        " encode(%s::bytea, 'base64'))::text)"
+    )
+    with psycopg.connect(pg_target.url) as conn:
+        for queue in names:
+            for msg_id in ids:
+                for n in sizes:
+                    body = b"\xff" * n
+                    size = conn.execute(sql, (queue, msg_id, body)).fetchone()[0]
+                    assert handoff.fits(queue, msg_id, body) == (size <= handoff.MAX_BYTES), (
+                        queue,
+                        msg_id,
+                        n,
+                        size,
+                    )
 
 
 def test_the_largest_handoff_fits_in_a_notification(offered):

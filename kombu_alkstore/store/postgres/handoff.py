@@ -10,9 +10,9 @@ builds it and sends it with NOTIFY on the waiter's own channel (the prefix
 
 ``chan`` is the channel the offer was made for; the other keys are the
 :class:`~..values.Delivery` fields, the body in base64. The publisher hands a job off only
-when its queue, message id and base64 body fit in ``handoff_max_bytes`` (7600 bytes of
-JSON), so the whole notification stays below NOTIFY's 8000-byte payload limit.
-:func:`decode` is the one reader of this format.
+when its queue, message id and base64 body fit in :data:`MAX_BYTES` of JSON
+(:func:`fits`, bound to the insert as ``fits``), so the whole notification stays below
+NOTIFY's 8000-byte payload limit. :func:`decode` is the one reader of this format.
 
 During a rolling upgrade both sides may meet the earlier, positional format
 (``["h", chan, id, token, queue, priority, max_attempts, backoff_base, deadline, msg_id,
@@ -29,8 +29,29 @@ import json
 
 from ..values import Delivery
 
+#: The most bytes a handed-off job's queue, message id and base64 body may take as the
+#: JSON text ``[queue, msg_id, body]`` that PostgreSQL writes (escapes and the base64's
+#: line breaks counted): with the other fields and their names (under 400 bytes) the
+#: object stays below NOTIFY's 8000-byte limit.
+MAX_BYTES = 7600
+#: PostgreSQL's ``encode(…, 'base64')`` breaks its lines after this many characters.
+_BASE64_LINE = 76
+
 #: Errors :func:`decode` raises for a payload that is not a hand-off object.
 DECODE_ERRORS = (ValueError, TypeError, KeyError, binascii.Error)
+
+
+def fits(queue: str, msg_id: str | None, body: bytes) -> bool:
+    """Whether a job may be handed off: the length of PostgreSQL's
+    ``json_build_array(queue, msg_id, encode(body, 'base64'))::text`` in UTF-8 (counted
+    here, not built: the body is never encoded) is at most :data:`MAX_BYTES`."""
+    if len(body) > MAX_BYTES:  # its base64 alone is longer
+        return False
+    encoded = 4 * -(-len(body) // 3)
+    breaks = (encoded - 1) // _BASE64_LINE if encoded else 0
+    # The same escapes as PostgreSQL's JSON: quote, backslash, control characters.
+    rest = len(json.dumps([queue, msg_id, ""], ensure_ascii=False).encode("utf-8"))
+    return rest + encoded + 2 * breaks <= MAX_BYTES  # a break is written "\n"
 
 
 def decode(payload: str) -> tuple[int, Delivery]:

@@ -122,13 +122,6 @@ NULL::float8 AS run_at, expires_at, NULL::float8 AS deadline, died_at, last_erro
 name, spec, interval, task, args, kwargs, options, next_at, origin, kind, tz, enabled,
 last_run_at, run_count, last_error, run_requested
 
--- fragment: handoff_max_bytes
--- The hand-off notification carries the job: its queue, message id and base64 body, as
--- JSON text (escapes and base64 line breaks counted), take at most this many bytes, so
--- with the other fields and their names (under 400 bytes) the object stays below
--- NOTIFY's 8000-byte limit (see postgres/handoff.py).
-7600
-
 -- fragment: handoff_prefix
 -- A waiter's own notification channel is this prefix and its backend pid.
 'alkstore_w'
@@ -227,8 +220,7 @@ w AS (
     WHERE %(handoff)s::boolean AND {offers_open}
       AND %(queue)s = ANY(o.queues) AND o.slots > 0
       AND v.run_at <= v.now AND (v.expires_at IS NULL OR v.expires_at > v.now)
-      AND octet_length(json_build_array(%(queue)s::text, %(msg_id)s::text,
-            encode(%(body)s::bytea, 'base64'))::text) <= {handoff_max_bytes}
+      AND %(fits)s::boolean  -- the job fits in a notification (postgres/handoff.py)
       AND NOT {offer_dead}  -- a dead one's row is skipped (and deleted by dead_offers)
       -- nor is a job of a paused queue handed off (correlated to the offer row, so it
       -- is probed only when a worker is idle)

@@ -35,6 +35,7 @@ from ..values import (
     QueueCounts,
     Row,
 )
+from . import handoff
 from .claims import PostgresClaimSession
 from .conninfo import privileges_missing
 from .engine import ENGINE
@@ -262,6 +263,7 @@ class PostgresStore(Store):
                 **self._job_params(j),
                 "run_at": j.run_at,
                 "delay": j.delay,
+                "fits": handoff.fits(j.queue, j.msg_id, j.body),
                 # A job published inside the caller's transaction is never handed off:
                 # the waiter's row would stay locked for as long as that transaction runs.
                 "handoff": AMBIENT.get() is None,
