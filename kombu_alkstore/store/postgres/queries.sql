@@ -263,7 +263,7 @@ FROM ins LEFT JOIN w ON true
 -- "insert" without looking for an idle consumer's offer: the job is pending, and
 -- announced unless no waiter hears. A publisher runs it while its last publish was
 -- heard by nobody (Store._insert_rows): then no worker is idle, so no offer is worth
--- reading, and the offer scan, its gate and the UPDATE cost about a third of the
+-- reading, and the offer scan, its gate and the UPDATE cost a quarter to a third of the
 -- statement's server time (docs/benchmarks.md). A worker that starts hearing meanwhile
 -- is woken and claims the job, and this publish's answer sends the next to "insert".
 WITH {new_job}
