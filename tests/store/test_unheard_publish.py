@@ -11,12 +11,14 @@ the publisher announces is read on a raw LISTEN connection, which holds no heari
 from __future__ import annotations
 
 import threading
+import time
 
 import psycopg
 import pytest
 
 from kombu_alkstore.store import NewJob
 from kombu_alkstore.store.ambient import bound_connection
+from kombu_alkstore.store.postgres import inserts
 
 
 @pytest.fixture
@@ -126,3 +128,23 @@ def test_after_a_publish_nobody_heard_the_next_reads_no_offer_and_the_one_after_
     finally:
         waiter.close()
     assert sorted(j.body for j in store.claim(["q"], 5)) == [b"announced", b"nobody"]
+
+
+def test_a_publisher_looks_for_offers_again_while_nobody_hears(store, monkeypatch):
+    """A worker of a version before the hearing locks offers slots and never hears (here
+    a quiet waiter with an offer): a publisher whose publishes nobody hears still looks
+    for offers every RECHECK seconds, so such a worker gets hand-offs."""
+    monkeypatch.setattr(inserts, "RECHECK", 0.3)
+    waiter = store.waiter()
+    try:
+        waiter.hear_wakeups(False)
+        store.publish([NewJob("q", b"nobody")])  # looked, found no offer, nobody heard
+        store._run("register", {"pid": waiter.address, "chan": 7, "queues": ["q"], "slots": 2})
+        store.publish([NewJob("q", b"pending")])  # within RECHECK: no look
+        assert waiter.wait(0.5).handoffs == []
+        time.sleep(0.35)
+        store.publish([NewJob("q", b"handed off")])
+        [(chan, delivery)] = waiter.wait(5).handoffs
+        assert (chan, delivery.body) == (7, b"handed off")
+    finally:
+        waiter.close()

@@ -8,12 +8,15 @@ unless no waiter hears, and then its row's ``notified`` is NULL.
 Guarantees: every job is inserted by one of them in the caller's order, all of one
 call in one transaction; while this publisher's last publish was heard by nobody (no
 worker idle, so no offer worth reading) plain jobs run ``insert_pending``, and one heard
-again sends the next back to ``insert``. That choice is a hint (threads may race on it):
-either statement publishes correctly, a job not handed off is announced and claimed.
+again sends the next back to ``insert``. At least every :data:`RECHECK` seconds a publish
+runs ``insert`` all the same: workers of a version before the hearing locks offer slots
+but never hear, and so still get hand-offs. That choice is a hint (threads may race on
+it): either statement publishes correctly, a job not handed off is announced and claimed.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from itertools import groupby
 from operator import itemgetter
@@ -21,6 +24,9 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
+
+#: Seconds between looks for offers (``insert``) while nobody hears.
+RECHECK = 1.0
 
 
 class Inserts:
@@ -31,11 +37,17 @@ class Inserts:
         self._sql = sql
         #: Whether the last publish was heard (or handed off); see the module docstring.
         self.heard = True
+        #: When (monotonic) a publish last ran ``insert``.
+        self._looked = 0.0
 
     def run(self, conn: psycopg.Connection, params: list[dict[str, Any]]) -> list[int | None]:
         """Insert the jobs ``params`` on ``conn`` (one transaction for several); a job
         whose unique key is held has None for its id."""
-        plain = "insert" if self.heard else "insert_pending"
+        now = time.monotonic()
+        look = self.heard or now - self._looked >= RECHECK
+        if look:
+            self._looked = now
+        plain = "insert" if look else "insert_pending"
         keys = [plain if p.get("unique_key") is None else "insert_unique" for p in params]
         rows: list[dict[str, Any] | None] = []
         if len(params) == 1:

@@ -262,7 +262,7 @@ FROM ins LEFT JOIN w ON true
 -- name: insert_pending
 -- "insert" without looking for an idle consumer's offer: the job is pending, and
 -- announced unless no waiter hears. A publisher runs it while its last publish was
--- heard by nobody (Store._insert_rows): then no worker is idle, so no offer is worth
+-- heard by nobody (postgres/inserts.py): then no worker is idle, so no offer is worth
 -- reading, and the offer scan, its gate and the UPDATE cost a quarter to a third of the
 -- statement's server time (docs/benchmarks.md). A worker that starts hearing meanwhile
 -- is woken and claims the job, and this publish's answer sends the next to "insert".
