@@ -282,22 +282,16 @@ RETURNING id, CASE {announce} END AS notified
 -- a publish not yet committed waits for that transaction, so it would hold the offer
 -- (and the worker's next register) for as long. A duplicate inserts nothing, announces
 -- nothing and returns no row; nor, as in "insert", does a publish no waiter hears.
-WITH q AS (SELECT * FROM {queues} WHERE name = %(queue)s),
-ins AS (
-  INSERT INTO {jobs} (queue, msg_id, body, priority, run_at, expires_at, max_attempts,
-                      visibility_timeout, backoff_base, created_at, unique_key,
-                      unique_claimed, limit_key)
-  SELECT %(queue)s, %(msg_id)s, %(body)s::bytea, %(priority)s,
-         COALESCE({now} + %(delay)s::float8, %(run_at)s::float8, {now}),
-         COALESCE(%(expires_at)s::float8, {now} + (SELECT message_ttl FROM q)),
-         COALESCE(%(ma)s::int, (SELECT max_attempts FROM q), %(d_ma)s::int),
-         COALESCE(%(vt)s::float8, (SELECT visibility_timeout FROM q), %(d_vt)s::float8),
-         COALESCE(%(bb)s::float8, (SELECT backoff_base FROM q), %(d_bb)s::float8),
-         {now}, %(unique_key)s::text, %(unique_claimed)s::boolean, %(limit_key)s::text
-  ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-  RETURNING id, queue, run_at
-)
-SELECT id, CASE {announce} END AS notified FROM ins
+WITH {new_job}
+INSERT INTO {jobs} (queue, msg_id, body, priority, run_at, expires_at, max_attempts,
+                    visibility_timeout, backoff_base, created_at, unique_key,
+                    unique_claimed, limit_key)
+SELECT %(queue)s, %(msg_id)s, %(body)s::bytea, %(priority)s, v.run_at, v.expires_at,
+       v.max_attempts, v.vt, v.bb, v.now, %(unique_key)s::text,
+       %(unique_claimed)s::boolean, %(limit_key)s::text
+FROM v
+ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+RETURNING id, CASE {announce} END AS notified
 
 -- name: unique_holder
 -- The live job holding a unique key in a queue (at most one: the index jobs_unique).
