@@ -17,15 +17,16 @@ plain
     index entries, as the broker's did before them.)
 rotate
     the same table ``PARTITION BY LIST (gen)`` into four generations; ``rotation.cur``
-    names the one publishes go to. Every ``--period`` seconds a rotator moves ``cur`` on,
-    then locks the oldest generation (the next to become current; ``NOWAIT`` four times
-    10 ms apart, then waiting at most 50 ms: a LOCK that waits queues every claim behind
-    it; none if a transaction open for over a second holds a lock on it), copies its live
+    names the one publishes go to. Every ``--period`` seconds a rotator locks the oldest
+    generation (the next to become current: ``NOWAIT`` four times 10 ms apart, then
+    waiting at most 50 ms, since a LOCK that waits queues every claim behind it; not at
+    all while a transaction open for over a second holds a lock on it), copies its live
     rows into ``cur`` (ids kept: an ack finds a job by id in whichever generation holds
-    it) and TRUNCATEs it. TRUNCATE frees a table's files at
-    once, whatever the horizon, so the dead versions of a generation live at most four
-    periods. It needs the ACCESS EXCLUSIVE lock: a generation it cannot lock is given up
-    until the next period.
+    it), TRUNCATEs it and makes it current, in one transaction. TRUNCATE frees a table's
+    files at once, whatever the horizon, so the dead versions of a generation live at
+    most three periods. A generation it cannot lock, or that holds more than 10,000 live
+    rows (a backlog: copying it would rewrite it every rotation), is left until the next
+    period, and ``cur`` goes on growing meanwhile.
 
 Load: one publisher process at ``--rate`` jobs/s, open loop, one durable INSERT per
 commit, its wall time in ``created_at``; two claimer processes, each claiming one job and
@@ -66,6 +67,7 @@ from benchmarks.harness.pressure_load import Holder, Readers, Sampler, Vacuumer 
 
 GENERATIONS = 4
 TRIES = 5  # lock attempts per rotation, 10 ms apart: NOWAIT, and the last one waits
+MAX_COPY = 10_000  # live rows a rotation copies forward at most
 LOCK_WAIT = "50ms"  # the last attempt's lock_timeout: claims queue behind it meanwhile
 WINDOW = 5.0
 BODY = b"x" * 600  # about a Celery message's size
@@ -176,31 +178,33 @@ class Rotator:
     def __init__(self, url: str, period: float) -> None:
         self.conn = psycopg.connect(url, autocommit=True, application_name="bench_rotator")
         self.period, self.stop = period, threading.Event()
-        self.done = self.skipped = self.held = self.moved = 0
+        self.done = self.skipped = self.held = self.backlogged = self.moved = 0
         self.lock_ms: list[float] = []
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
 
     def _loop(self) -> None:
         while not self.stop.wait(self.period):
-            with self.conn.transaction():
-                cur = self.conn.execute(
-                    "UPDATE rotation SET cur = (cur + 1) %% %s RETURNING cur", (GENERATIONS,)
-                ).fetchone()[0]
-            oldest = sql.Identifier(f"jobs_{(cur + 1) % GENERATIONS}")
+            cur = self.conn.execute("SELECT cur FROM rotation").fetchone()[0]
+            nxt = (cur + 1) % GENERATIONS
             t0 = time.perf_counter()
-            if self._held(f"jobs_{(cur + 1) % GENERATIONS}"):
+            if self._held(f"jobs_{nxt}"):
                 self.held += 1
                 continue
             for attempt in range(TRIES):
                 try:
-                    self.moved += self._truncate(oldest, cur, wait=attempt == TRIES - 1)
-                    self.done += 1
+                    moved = self._advance(cur, nxt, wait=attempt == TRIES - 1)
                     break
                 except psycopg.errors.LockNotAvailable:
                     time.sleep(0.01)
             else:
                 self.skipped += 1
+                continue
+            if moved is None:
+                self.backlogged += 1
+            else:
+                self.done += 1
+                self.moved += moved
             self.lock_ms.append((time.perf_counter() - t0) * 1000)
 
     def _held(self, table: str) -> bool:
@@ -214,26 +218,37 @@ class Rotator:
             (table,),
         ).fetchone()[0]
 
-    def _truncate(self, oldest: sql.Identifier, cur: int, wait: bool) -> int:
-        """Copy the oldest generation's live rows into ``cur`` and truncate it, in one
-        transaction holding its ACCESS EXCLUSIVE lock (NOWAIT, or waiting ``LOCK_WAIT``:
-        a LOCK that waits queues every claim behind it); returns the rows moved."""
+    def _advance(self, cur: int, nxt: int, wait: bool) -> int | None:
+        """In one transaction holding generation ``nxt``'s ACCESS EXCLUSIVE lock (NOWAIT,
+        or waiting ``LOCK_WAIT``: a LOCK that waits queues every claim behind it): copy
+        its live rows into ``cur``, TRUNCATE it and make it current; returns the rows
+        moved. Nothing is done (None) while it holds more than ``MAX_COPY`` live rows: a
+        backlog is not rewritten every rotation, ``cur`` goes on growing instead."""
+        table = sql.Identifier(f"jobs_{nxt}")
         with self.conn.transaction():
             if wait:
                 self.conn.execute(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
             self.conn.execute(
                 sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE{}").format(
-                    oldest, sql.SQL("" if wait else " NOWAIT")
+                    table, sql.SQL("" if wait else " NOWAIT")
                 )
             )
+            live = self.conn.execute(
+                sql.SQL("SELECT count(*) FROM (SELECT FROM {} LIMIT %s) l").format(table),
+                (MAX_COPY + 1,),
+            ).fetchone()[0]
+            if live > MAX_COPY:
+                raise psycopg.Rollback()  # leaves the block, rolled back
             moved = self.conn.execute(
                 sql.SQL("INSERT INTO jobs (gen, id, {c}) SELECT %s, id, {c} FROM {t}").format(
-                    c=sql.SQL(COLUMNS), t=oldest
+                    c=sql.SQL(COLUMNS), t=table
                 ),
                 (cur,),
             ).rowcount
-            self.conn.execute(sql.SQL("TRUNCATE {}").format(oldest))
-        return moved
+            self.conn.execute(sql.SQL("TRUNCATE {}").format(table))
+            self.conn.execute("UPDATE rotation SET cur = %s", (nxt,))
+            return moved
+        return None
 
     def close(self) -> None:
         self.stop.set()
@@ -301,7 +316,11 @@ def run_one(layout: str, kind: str, args: argparse.Namespace) -> dict:
             records = recent
             tables = sampler.tables()
             jobs = [v for k, v in tables.items() if k.startswith("jobs")]
-            rot = (rotator.done, rotator.skipped + rotator.held) if rotator else (0, 0)
+            rot = (
+                (rotator.done, rotator.skipped + rotator.held + rotator.backlogged)
+                if rotator
+                else (0, 0)
+            )
             done = acked.value
             windows.append(
                 {
@@ -334,6 +353,7 @@ def run_one(layout: str, kind: str, args: argparse.Namespace) -> dict:
             "windows": windows,
             "moved": rotator.moved if rotator else 0,
             "held": rotator.held if rotator else 0,
+            "backlogged": rotator.backlogged if rotator else 0,
             "lock_ms_max": round(max(rotator.lock_ms), 1) if rotator and rotator.lock_ms else None,
         }
     finally:
