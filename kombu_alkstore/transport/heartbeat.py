@@ -38,6 +38,10 @@ MAX_SLEEP = 0.5
 #: How far past due the thread lets a beat go while an event loop beats (at most half
 #: the interval): later, the loop is taken as blocked and the thread beats.
 LOOP_GRACE = 1.0
+#: The event loop looks every MAX_SLEEP and beats at the look closest to due, up to half
+#: a look early: a loop on time then beats at most a quarter interval late at 1 s
+#: intervals, before the thread's grace (half an interval) ends.
+LOOP_LEAD = MAX_SLEEP / 2
 
 
 def beat_interval(configured: float, held: Iterable[Any]) -> float:
@@ -90,8 +94,9 @@ class Heartbeater(WorkerThread):
         return self.last + interval + late - time.monotonic()
 
     def take_due(self) -> bool:
-        """True if a beat is due now, which the caller then sends."""
-        if self.due_in() > 0:
+        """True if a beat is due by the event loop's look now (``LOOP_LEAD`` early at
+        most: the next look is ``MAX_SLEEP`` away), which the caller then sends."""
+        if self.due_in() > LOOP_LEAD:
             return False
         self.last = time.monotonic()
         return True
