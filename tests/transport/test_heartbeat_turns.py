@@ -4,6 +4,7 @@ worker does end to end is in test_connection_footprint.py."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from types import SimpleNamespace
 
 from kombu_alkstore.transport import heartbeat
@@ -30,5 +31,5 @@ def test_a_loop_looking_on_time_beats_before_the_thread_takes_its_turn(monkeypat
             sent.append(now[0])
         next_look = MAX_SLEEP + 0.024
         assert beats.due_in(grace=True) > next_look, f"the thread's turn at look {look}"
-    gaps = [b - a for a, b in zip(sent, sent[1:])]
+    gaps = [b - a for a, b in pairwise(sent)]
     assert len(sent) > 150 and max(gaps) <= 1.0 + 0.024, "the loop beat too seldom"
