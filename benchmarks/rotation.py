@@ -172,8 +172,8 @@ def claimer(url: str, layout: str, acked, stop, out) -> None:
 
 
 class Rotator:
-    """Moves ``rotation.cur`` on every ``period`` seconds and truncates the oldest
-    generation after copying its live rows into the current one; see the module's doc."""
+    """Every ``period`` seconds, truncates the oldest generation after copying its live
+    rows into the current one, and makes it current; see the module's doc."""
 
     def __init__(self, url: str, period: float) -> None:
         self.conn = psycopg.connect(url, autocommit=True, application_name="bench_rotator")
