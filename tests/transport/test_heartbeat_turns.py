@@ -19,7 +19,8 @@ def test_a_loop_looking_on_time_beats_before_the_thread_takes_its_turn(monkeypat
     thread's turn came with the next look: a third connection for that beat (reliability
     42.3)."""
     now = [1000.0]
-    monkeypatch.setattr(heartbeat.time, "monotonic", lambda: now[0])
+    # The module's own clock only: time.monotonic stays real for every other thread.
+    monkeypatch.setattr(heartbeat, "time", SimpleNamespace(monotonic=lambda: now[0]))
     held = {"tag": SimpleNamespace(visibility_timeout=3.0)}
     beats = Heartbeater(link=None, held=held, acks=SimpleNamespace(waiting=list), configured=30)
     beats.loop_beats = True
