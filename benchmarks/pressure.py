@@ -63,6 +63,7 @@ from benchmarks.harness.pressure_load import (  # noqa: E402
     Records,
     Sampler,
     Vacuumer,
+    log,
 )
 from benchmarks.harness.pressure_report import (  # noqa: E402
     Window,
@@ -79,10 +80,6 @@ from benchmarks.harness.tasks_module import TASKS_MODULE, TASKS_SOURCE  # noqa: 
 
 BROKERS = ("alkstore-postgresql", "pgmq")
 KINDS = ("xmin", "readers")
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def _where(place: Place) -> tuple[str, str, str, str]:

@@ -63,7 +63,14 @@ import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
 from benchmarks.harness.brokers import PG_URL, drop_schema  # noqa: E402
-from benchmarks.harness.pressure_load import Holder, Readers, Sampler, Vacuumer  # noqa: E402
+from benchmarks.harness.pressure_load import (  # noqa: E402
+    Holder,
+    Readers,
+    Sampler,
+    Vacuumer,
+    log,
+)
+from benchmarks.harness.session import percentile  # noqa: E402
 
 GENERATIONS = 4
 TRIES = 5  # lock attempts per rotation, 10 ms apart: NOWAIT, and the last one waits
@@ -118,8 +125,13 @@ STATEMENTS = {
 }
 
 
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+def new_schema() -> tuple[str, str]:
+    """A private schema, and a URL whose sessions find its tables first."""
+    schema = f"rot_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    sep = "&" if "?" in PG_URL else "?"
+    return schema, f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
 
 
 def create(url: str, layout: str) -> None:
@@ -257,18 +269,12 @@ class Rotator:
             self.conn.close()
 
 
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
+def _pct(values: list[float], p: int) -> float | None:
+    return percentile(values, p) if values else None
 
 
 def run_one(layout: str, kind: str, args: argparse.Namespace) -> dict:
-    schema = f"rot_{uuid.uuid4().hex[:8]}"
-    base = PG_URL + ("&" if "?" in PG_URL else "?") + f"options=-csearch_path%3D{schema}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    schema, base = new_schema()
     ctx = mp.get_context("spawn")
     published, acked = ctx.Value("q", 0), ctx.Value("q", 0)
     go, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
@@ -277,7 +283,11 @@ def run_one(layout: str, kind: str, args: argparse.Namespace) -> dict:
     try:
         create(base, layout)
         procs.append(
-            ctx.Process(target=publisher, args=(base, layout, args.rate, phases[-1], published, go))
+            ctx.Process(
+                target=publisher,
+                args=(base, layout, args.rate, phases[-1], published, go),
+                daemon=True,
+            )
         )
         procs += [
             ctx.Process(target=claimer, args=(base, layout, acked, stop, out), daemon=True)
@@ -327,9 +337,9 @@ def run_one(layout: str, kind: str, args: argparse.Namespace) -> dict:
                     "t": round(t, 1),
                     "phase": phase,
                     "acked_per_s": round((done - acked_seen) / WINDOW, 1),
-                    "p50_ms": _ms(_pct([r[1] for r in recent], 0.5)),
-                    "p99_ms": _ms(_pct([r[1] for r in recent], 0.99)),
-                    "claim_ms": _ms(_pct([r[2] for r in recent], 0.5)),
+                    "p50_ms": _ms(_pct([r[1] for r in recent], 50)),
+                    "p99_ms": _ms(_pct([r[1] for r in recent], 99)),
+                    "claim_ms": _ms(_pct([r[2] for r in recent], 50)),
                     "backlog": published.value - done,
                     "dead": sum(v[0] for v in jobs),
                     "size_mb": round(sum(v[2] for v in jobs) / 2**20, 1),
@@ -377,11 +387,8 @@ def micro(layout: str, cycles: int) -> dict:
     """One connection, no pressure, no rotation: the median µs of a publish, a claim and
     an ack, ``cycles`` each, interleaved (the price of the generations on the hot path:
     tuple routing, a claim over four index heads, an ack probing four primary keys)."""
-    schema = f"rot_{uuid.uuid4().hex[:8]}"
-    base = PG_URL + ("&" if "?" in PG_URL else "?") + f"options=-csearch_path%3D{schema}"
     stmts, took = STATEMENTS[layout], {"publish": [], "claim": [], "ack": []}
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    schema, base = new_schema()
     try:
         create(base, layout)
         with psycopg.connect(base, autocommit=True) as conn:
@@ -397,7 +404,7 @@ def micro(layout: str, cycles: int) -> dict:
                     took[name].append(dt * 1e6)
     finally:
         drop_schema(schema)
-    return {name: round(_pct(v, 0.5), 1) for name, v in took.items()}
+    return {name: round(percentile(v, 50), 1) for name, v in took.items()}
 
 
 def _ms(seconds: float | None) -> float | None:

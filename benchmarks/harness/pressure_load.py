@@ -160,6 +160,11 @@ class Records:
         return out
 
 
+def log(msg: str) -> None:
+    """A timestamped progress line on stderr."""
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
 # ------------------------------------------------------------------ pressure sessions
 class Holder:
     """``BEGIN; SELECT txid_current();`` then idle in transaction: pins the xmin horizon."""
