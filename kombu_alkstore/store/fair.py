@@ -5,7 +5,7 @@ weighted by each key's **share**, instead of by due time alone: a flood of one k
 does not starve the others. The shares live on the queue's row (migration 0011:
 ``queues.fair_shares``, a JSON object ``{"*": W, "<key>": W}``; ``"*"`` is the share of
 every key without its own, and of the jobs without a key, which form one group). The
-claim (PostgreSQL's ``limited_due``, SQLite's ``claim_pick_limited``) orders a fair
+claim (PostgreSQL's ``limited_picks``, SQLite's ``claim_pick_limited``) orders a fair
 queue's due jobs by start-time fair queuing: a group's n-th due job has the tag
 ``start + (n - 1) / share``, where ``start`` is the group's pass or the queue's virtual
 time, whichever is later; the claim takes the smallest tags (within every concurrency

@@ -29,7 +29,8 @@ from .options import validate_identifier
 #: heartbeat's hands keeps its limited slot (PostgreSQL); 10: rate limits
 #: (queues.rate_limits, queues.rate_wait, claim_log); 11: fair share (queues.fair_shares,
 #: fair_pass, fair_vtime and the partial index jobs_fair); 12: the claim index jobs_claim
-#: partial (PostgreSQL), so lookups by id use only the primary key.
+#: partial (PostgreSQL), so lookups by id use only the primary key; 13: the claim logs
+#: for its rates the jobs it took, not the function's picks (PostgreSQL: limited_picks).
 SCHEMA_VERSION = max(LATEST.values())
 if set(LATEST.values()) != {SCHEMA_VERSION}:  # a packaging defect
     raise RuntimeError(f"the engines' migrations end at different versions: {LATEST}")

@@ -299,17 +299,17 @@ def assert_rows_kept(place: Place, schema: str, path: Path | None) -> None:
 
 # -------------------------------------------------------------------------------- tests
 def test_latest_is_the_schema_version_on_every_engine():
-    assert LATEST == {"postgresql": 12, "sqlite": 12}
-    assert SCHEMA_VERSION == 12
+    assert LATEST == {"postgresql": 13, "sqlite": 13}
+    assert SCHEMA_VERSION == 13
     for engine in ENGINE_PACKAGES:
         found = migrations("alk", engine)
-        assert [m.version for m in found.migrations] == list(range(1, 13))
+        assert [m.version for m in found.migrations] == list(range(1, 14))
         assert found.pending(None) == list(found.migrations)
-        assert [m.version for m in found.pending(1)] == list(range(2, 13))
-        assert [m.version for m in found.pending(7)] == [8, 9, 10, 11, 12]
-        assert [m.version for m in found.pending(9)] == [10, 11, 12]
-        assert [m.version for m in found.pending(11)] == [12]
-        assert found.pending(12) == [] and found.pending(13) == []
+        assert [m.version for m in found.pending(1)] == list(range(2, 14))
+        assert [m.version for m in found.pending(7)] == [8, 9, 10, 11, 12, 13]
+        assert [m.version for m in found.pending(9)] == [10, 11, 12, 13]
+        assert [m.version for m in found.pending(11)] == [12, 13]
+        assert found.pending(13) == [] and found.pending(14) == []
 
 
 @pytest.mark.parametrize(("engine", "name", "version"), CASES, ids=IDS)
@@ -343,7 +343,7 @@ def test_fresh_install_is_the_current_layout_and_idempotent(engine, tmp_path):
         place.run(schema, path, old_script(CURRENT, engine, schema))
         assert place.layout(schema, path) == fresh
         schema, path = place.new()
-        assert place.migrate(schema, path) == list(range(1, 13))
+        assert place.migrate(schema, path) == list(range(1, 14))
         assert place.migrate(schema, path) == []
         assert place.version(schema, path) == SCHEMA_VERSION
         assert place.query(
@@ -474,7 +474,7 @@ def test_sqlite_add_column_already_there_is_skipped(tmp_path):
         f"DROP TABLE {t.qualified(t.offers)};"
         f"UPDATE {t.qualified(t.meta)} SET value = '2' WHERE key = 'schema_version';",
     )
-    assert place.migrate(schema, path) == list(range(3, 13))
+    assert place.migrate(schema, path) == list(range(3, SCHEMA_VERSION + 1))
     assert place.layout(schema, path) == fresh
 
 

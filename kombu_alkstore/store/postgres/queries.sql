@@ -321,7 +321,7 @@ json_build_array('h', json_build_object(
 -- fragment: limited
 -- The claim's queues that have a limit (docs/flow-control.md): for a queue without one a
 -- primary-key probe of the queues table, and the claim goes on as before; the others'
--- jobs are picked by {limited_due} (migration 0007), which locks their rows and counts
+-- jobs are picked by {limited_picks} (migration 0013), which locks their rows and counts
 -- their claims race-free.
 SELECT lq.name FROM {queues} lq WHERE lq.name = ANY(%(queues)s::text[]) AND {has_limit}
 
@@ -332,9 +332,10 @@ SELECT lq.name FROM {queues} lq WHERE lq.name = ANY(%(queues)s::text[]) AND {has
 
 -- fragment: limited_pick
 -- The limited queues' candidates, only when the claim has such a queue (a one-time
--- filter: otherwise the function is not called).
-SELECT p.id, p.priority, p.run_at, p.spent
-FROM {limited_due}(%(queues)s::text[], %(limit)s::int, {now}, {limit_scan}) p
+-- filter: otherwise the function is not called), each with what the claim logs for
+-- its rates if it takes it (log_at NULL: nothing; see claim_due).
+SELECT p.id, p.priority, p.run_at, p.spent, p.log_at
+FROM {limited_picks}(%(queues)s::text[], %(limit)s::int, {now}, {limit_scan}) p
 WHERE EXISTS (SELECT 1 FROM lim)
 LIMIT %(limit)s
 
@@ -410,6 +411,11 @@ WHERE qn.name <> ALL({paused}) AND qn.name <> ALL(ARRAY(SELECT name FROM lim))
 -- fragment: claim_due
 -- Claim the candidates "due": a spent one (a lapsed claim with no attempt left) goes to
 -- the dead letters, and one row with a NULL id says how many did (places they took).
+-- The rates' log gets one row per job taken that a rate counts (log_at, the time
+-- limited_picks read under the queues' row locks), by log_claim in the last WHERE, on
+-- claimed rows only: a candidate the function picked from its later snapshot may be
+-- missing from this statement's (migration 13). A claim without limits evaluates one
+-- NULL test per row there (an INSERT in a CTE cost every claim 3 to 11 per cent).
 -- jobs is found by "id = ANY(ARRAY(...))" and not joined to due: a join lets a planner
 -- that thinks jobs empty (ANALYZE behind a pinned horizon: reltuples 0) scan a whole
 -- index of it as the outer side, a read of every dead entry per claim.
@@ -430,12 +436,13 @@ claimed AS (
       unique_key = CASE WHEN j.unique_claimed THEN j.unique_key END
   WHERE j.id = ANY(ARRAY(SELECT due.id FROM due WHERE NOT due.spent))
   RETURNING j.id, j.token, j.queue, j.body, j.priority, j.attempts, j.max_attempts,
-            j.backoff_base, j.deadline, j.msg_id, j.visibility_timeout,
+            j.backoff_base, j.deadline, j.msg_id, j.visibility_timeout, j.limit_key,
             {revoked} AS revoked
 )
 SELECT c.id, c.token, c.queue, c.body, c.priority, c.attempts, c.max_attempts,
        c.backoff_base, c.deadline, due.was_due, c.msg_id, c.visibility_timeout, c.revoked
 FROM claimed c JOIN due ON due.id = c.id
+WHERE CASE WHEN due.log_at IS NULL THEN true ELSE {log_claim}(c.queue, c.limit_key, due.log_at) END
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, count(*)::int, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM buried HAVING count(*) > 0
@@ -443,9 +450,9 @@ FROM buried HAVING count(*) > 0
 -- name: claim_one
 WITH lim AS ({limited}),
 due AS (
-  SELECT f.id, f.was_due, f.spent FROM ({due_one}) f
+  SELECT f.id, f.was_due, f.spent, NULL::float8 AS log_at FROM ({due_one}) f
   UNION ALL
-  SELECT p.id, p.run_at, p.spent FROM ({limited_pick}) p
+  SELECT p.id, p.run_at, p.spent, p.log_at FROM ({limited_pick}) p
 ),
 {claim_due}
 
@@ -453,8 +460,8 @@ due AS (
 -- The best of every queue's candidates, the limited queues' within their limits.
 WITH lim AS ({limited}),
 due AS (
-  SELECT a.id, a.run_at AS was_due, a.spent FROM (
-    SELECT f.id, f.priority, f.run_at, f.spent FROM ({due_any}) f
+  SELECT a.id, a.run_at AS was_due, a.spent, a.log_at FROM (
+    SELECT f.id, f.priority, f.run_at, f.spent, NULL::float8 AS log_at FROM ({due_any}) f
     UNION ALL
     {limited_pick}
   ) a
@@ -570,7 +577,7 @@ SELECT g.id FROM gone g, (SELECT count(*) FROM freed) f
 -- name: heartbeat
 -- The deadline is judged by the clock when the row is reached, too (not only at the
 -- statement's start): a heartbeat that waited for a claim's lock on a lapsed claim
--- (limited_due, migration 0009) finds it passed and revives nothing.
+-- (limited_picks, migrations 0009 and 0013) finds it passed and revives nothing.
 UPDATE {jobs} j
 SET deadline = {now} + COALESCE(%(extend)s::float8, j.visibility_timeout),
     run_at = {now} + COALESCE(%(extend)s::float8, j.visibility_timeout)

@@ -86,11 +86,9 @@ class PostgresStore(Store):
         self._pid = os.getpid()
         #: Its statements, their parameters and rows (shared with the claim session,
         #: the waiter and the result tables).
-        # {limited_due}: migration 0007's claim function for limited queues, in the schema.
-        limited_due = f'"{options.schema}".limited_due'
-        self.statements = PostgresStatements(
-            {**self.names, "limited_due": limited_due}, options.schema
-        )
+        # Migration 0013's claim functions for limited queues, in the schema.
+        functions = {f: f'"{options.schema}".{f}' for f in ("limited_picks", "log_claim")}
+        self.statements = PostgresStatements({**self.names, **functions}, options.schema)
         #: The store's NOTIFY channel (bound to every statement as ``%(channel)s``).
         self.channel = self.statements.channel
         #: The first key of the advisory locks that mark live waiters (see PostgresWaiter).

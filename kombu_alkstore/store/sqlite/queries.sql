@@ -223,7 +223,7 @@ WHERE lq.name IN (SELECT value FROM json_each(:queues)) AND {has_limit} LIMIT 1
 -- (docs/flow-control.md). "lroom"/"kroom": each limited queue's and candidate key's free
 -- slots; the spent lapsed claims were buried already (take_spent). A fair queue
 -- (migration 0011) also has each key's first :limit due jobs ("fkeys": one index probe
--- per key; "fcand"), ordered by their fair tags (as PostgreSQL's limited_due:
+-- per key; "fcand"), ordered by their fair tags (as PostgreSQL's limited_picks:
 -- start + (n - 1) / share, "fstart"); fair_advance moves the passes after the claim.
 WITH RECURSIVE lim AS (
   SELECT lq.name, lq.max_claimed, lq.key_limits, lq.rate_limits AS rl,

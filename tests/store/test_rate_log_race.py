@@ -1,0 +1,67 @@
+"""A rate counts only the jobs a claim took (PostgreSQL: a claim on a queue with a rate
+picks its jobs in a function whose snapshot is taken after the queue's row lock, later
+than the claim statement's; a job committed in between is seen by the pick but not by
+the claim's UPDATE). Found by tests/flow/test_rates.py under load, 7 claims logged for
+6 tasks (docs/reliability.md 44.1); without migration 13 this test logs 2, claims 1."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+
+import kombu_alkstore
+from tests.conftest import PG_URL
+
+
+def _lock_queue_row(store, queue: str) -> psycopg.Connection:
+    """A session holding ``queue``'s row lock (as a concurrent claim does), uncommitted."""
+    conn = psycopg.connect(PG_URL)
+    conn.execute(
+        f"SELECT 1 FROM {store.names['queues']} WHERE name = %s FOR NO KEY UPDATE", [queue]
+    )
+    return conn
+
+
+def _wait_for_lock_waiter(store, deadline: float = 10.0) -> None:
+    """Until a claim of ``store`` waits for a lock (its query's head names the queues)."""
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        end = time.monotonic() + deadline
+        while time.monotonic() < end:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE %s",
+                [f"WITH lim AS (SELECT lq.name FROM {store.names['queues']} lq%"],
+            ).fetchone()
+            if row and row[0]:
+                return
+            time.sleep(0.01)
+    raise AssertionError("the claim never waited for the queue's lock")
+
+
+def test_a_job_committed_while_a_claim_waits_is_not_counted_unclaimed(pg_target):
+    """b is published (in the caller's transaction) before the claim begins and committed
+    while the claim waits for the queue's lock: due, but not in the claim's snapshot."""
+    with pg_target.open() as store, pg_target.open() as publisher:
+        store.set_rate("q", "2/60s")
+        store.enqueue("q", b"a")
+        caller = psycopg.connect(PG_URL)
+        with kombu_alkstore.transaction(caller):
+            publisher.enqueue("q", b"b")
+        holder = _lock_queue_row(store, "q")
+        got: list = []
+        claim = threading.Thread(target=lambda: got.extend(store.claim(["q"], 2)))
+        try:
+            claim.start()
+            _wait_for_lock_waiter(store)
+            caller.commit()
+        finally:
+            caller.close()
+            holder.commit()
+            holder.close()
+            claim.join(10)
+        assert [d.body for d in got] == [b"a"]  # b is not in the claim's snapshot
+        assert len(store.claims_logged("q")) == 1  # ... and not counted as claimed
+        assert [d.body for d in store.claim(["q"], 2)] == [b"b"]  # the rate has room for b
+        assert len(store.claims_logged("q")) == 2
