@@ -415,7 +415,7 @@ WHERE qn.name <> ALL({paused}) AND qn.name <> ALL(ARRAY(SELECT name FROM lim))
 -- limited_picks read under the queues' row locks), by log_claim in the last WHERE, on
 -- claimed rows only: a candidate the function picked from its later snapshot may be
 -- missing from this statement's (migration 13). A claim without limits evaluates one
--- NULL test per row there (an INSERT in a CTE cost every claim 3 to 11 per cent).
+-- NULL test per row there (an INSERT in a CTE cost a claim 3 to 15 per cent, noisy).
 -- jobs is found by "id = ANY(ARRAY(...))" and not joined to due: a join lets a planner
 -- that thinks jobs empty (ANALYZE behind a pinned horizon: reltuples 0) scan a whole
 -- index of it as the outer side, a read of every dead entry per claim.
