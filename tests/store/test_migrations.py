@@ -48,6 +48,7 @@ OLD = {
         ("v9", 9),
         ("v10", 10),
         ("v11", 11),
+        ("v12", 12),
     ],
     "sqlite": [
         ("v1", 1),
@@ -61,10 +62,11 @@ OLD = {
         ("v9", 9),
         ("v10", 10),
         ("v11", 11),
+        ("v12", 12),
     ],
 }
 #: The fixture of the current version: what a fresh install must equal.
-CURRENT = "v12"
+CURRENT = "v13"
 CASES = [(engine, name, version) for engine, olds in OLD.items() for name, version in olds]
 IDS = [f"{engine}-{name}" for engine, name, _ in CASES]
 
@@ -395,8 +397,8 @@ def test_sqlite_printed_script_on_a_fresh_file_and_on_older_files(tmp_path):
     version-6 file at jobs_limit_claimed (version 7's limit_key). A version-7 to 10
     file runs the script to its end but keeps its version: versions 10 and 11 add
     columns to queues (rate_limits, rate_wait; fair_shares, fair_pass, fair_vtime),
-    which only the migrations add. A version-11 file is complete after it (version 12
-    changes nothing on SQLite)."""
+    which only the migrations add. A version-11 or 12 file is complete after it (versions
+    12 and 13 change nothing on SQLite)."""
     place = Place("sqlite", tmp_path)
     fresh = place.fresh()
     schema, path = place.new()
@@ -416,9 +418,9 @@ def test_sqlite_printed_script_on_a_fresh_file_and_on_older_files(tmp_path):
             # and the version stamp, guarded by the columns, stays; the migrations add
             # them.
             place.run(schema, path, ddl_script(schema, "sqlite"))
-            # A version-11 file has every column: version 12 changes nothing on SQLite,
-            # so the script completes it and stamps it.
-            after = SCHEMA_VERSION if version == 11 else version
+            # A version-11 or 12 file has every column: versions 12 and 13 change nothing
+            # on SQLite, so the script completes it and stamps it.
+            after = SCHEMA_VERSION if version >= 11 else version
         else:
             lacks = "limit_key" if version == 6 else "unique_key"  # its first index's column
             with pytest.raises(sqlite3.OperationalError, match=f"no such column: {lacks}"):
