@@ -7,12 +7,12 @@ the claim's UPDATE). Found by tests/flow/test_rates.py under load, 7 claims logg
 from __future__ import annotations
 
 import threading
-import time
 
 import psycopg
 
 import kombu_alkstore
 from tests.conftest import PG_URL
+from tests.helpers import wait_for
 
 
 def _lock_queue_row(store, queue: str) -> psycopg.Connection:
@@ -24,20 +24,19 @@ def _lock_queue_row(store, queue: str) -> psycopg.Connection:
     return conn
 
 
-def _wait_for_lock_waiter(store, deadline: float = 10.0) -> None:
+def _wait_for_lock_waiter(store, timeout: float = 10.0) -> None:
     """Until a claim of ``store`` waits for a lock (its query's head names the queues)."""
+    head = f"WITH lim AS (SELECT lq.name FROM {store.names['queues']} lq%"
     with psycopg.connect(PG_URL, autocommit=True) as conn:
-        end = time.monotonic() + deadline
-        while time.monotonic() < end:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE %s",
-                [f"WITH lim AS (SELECT lq.name FROM {store.names['queues']} lq%"],
-            ).fetchone()
-            if row and row[0]:
-                return
-            time.sleep(0.01)
-    raise AssertionError("the claim never waited for the queue's lock")
+        wait_for(
+            lambda: conn.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                [head],
+            ).fetchone()[0],
+            timeout,
+            interval=0.01,
+        )
 
 
 def test_a_job_committed_while_a_claim_waits_is_not_counted_unclaimed(pg_target):
