@@ -171,8 +171,11 @@ class PostgresStore(Store):
         if ambient is not None:
             return work(self._adopt(ambient))
         pool = self._fast if key in self._fast_keys else self._pool
+        # Closing (the rate counts' last flush): wait no longer than a connection check
+        # for a connection, or a store closed while the database is down hangs.
+        wait = PING_TIMEOUT if self.closed else None
         for attempt in (0, 1):
-            with pool.connection() as conn:
+            with pool.connection(timeout=wait) as conn:
                 try:
                     return work(conn)
                 except psycopg.OperationalError:
