@@ -75,7 +75,12 @@ from benchmarks.harness.pressure_report import (  # noqa: E402
     window_header,
 )
 from benchmarks.harness.procs import Worker, log_problems, tail  # noqa: E402
-from benchmarks.harness.session import Config, percentile, session_env  # noqa: E402
+from benchmarks.harness.session import (  # noqa: E402
+    Config,
+    percentile,
+    percentile_or_none,
+    session_env,
+)
 from benchmarks.harness.tasks_module import TASKS_MODULE, TASKS_SOURCE  # noqa: E402
 
 BROKERS = ("alkstore-postgresql", "pgmq")
@@ -245,8 +250,8 @@ def _window(
         end=end,
         offered=(state["count"] - pub_prev) / dt,
         done=len(new) / dt,
-        p50=percentile(lat, 50) if lat else None,
-        p99=percentile(lat, 99) if lat else None,
+        p50=percentile_or_none(lat, 50),
+        p99=percentile_or_none(lat, 99),
         latencies=lat,
         published=state["count"],
         backlog=max(0, state["count"] - records.total),  # the count is ≤ 0.05 s old

@@ -70,7 +70,7 @@ from benchmarks.harness.pressure_load import (  # noqa: E402
     Vacuumer,
     log,
 )
-from benchmarks.harness.session import percentile  # noqa: E402
+from benchmarks.harness.session import percentile, percentile_or_none  # noqa: E402
 
 GENERATIONS = 4
 TRIES = 5  # lock attempts per rotation, 10 ms apart: NOWAIT, and the last one waits
@@ -269,10 +269,6 @@ class Rotator:
             self.conn.close()
 
 
-def _pct(values: list[float], p: int) -> float | None:
-    return percentile(values, p) if values else None
-
-
 def run_one(layout: str, kind: str, args: argparse.Namespace) -> dict:
     schema, base = new_schema()
     ctx = mp.get_context("spawn")
@@ -337,9 +333,9 @@ def run_one(layout: str, kind: str, args: argparse.Namespace) -> dict:
                     "t": round(t, 1),
                     "phase": phase,
                     "acked_per_s": round((done - acked_seen) / WINDOW, 1),
-                    "p50_ms": _ms(_pct([r[1] for r in recent], 50)),
-                    "p99_ms": _ms(_pct([r[1] for r in recent], 99)),
-                    "claim_ms": _ms(_pct([r[2] for r in recent], 50)),
+                    "p50_ms": _ms(percentile_or_none([r[1] for r in recent], 50)),
+                    "p99_ms": _ms(percentile_or_none([r[1] for r in recent], 99)),
+                    "claim_ms": _ms(percentile_or_none([r[2] for r in recent], 50)),
                     "backlog": published.value - done,
                     "dead": sum(v[0] for v in jobs),
                     "size_mb": round(sum(v[2] for v in jobs) / 2**20, 1),

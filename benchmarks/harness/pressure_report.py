@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 
 from .brokers import PG_URL
-from .session import percentile
+from .session import percentile_or_none
 
 PHASES = ("baseline", "pressure", "recovery")
 
@@ -160,8 +160,8 @@ def summarize(result: dict, args) -> dict:
             "offered": offered / span,
             "done": done / span,
             "completion": 100 * done / offered if offered else None,
-            "p50": percentile(lat, 50) if lat else None,
-            "p99": percentile(lat, 99) if lat else None,
+            "p50": percentile_or_none(lat, 50),
+            "p99": percentile_or_none(lat, 99),
             "backlog_max": max(w["backlog"] for w in ws),
             "backlog_end": ws[-1]["backlog"],
             "lag_max": max(w["lag"] for w in ws),

@@ -106,6 +106,11 @@ def percentile(values: list[float], p: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
 
 
+def percentile_or_none(values: list[float], p: int) -> float | None:
+    """:func:`percentile`, or None for no values (a window nothing finished in)."""
+    return percentile(values, p) if values else None
+
+
 def sql_count(path: Path) -> tuple[float, dict[str, int]]:
     """The worker's own statement count and its breakdown by statement (written by the
     tasks module 4 times a second)."""
