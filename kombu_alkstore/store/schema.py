@@ -30,7 +30,8 @@ from .options import validate_identifier
 #: (queues.rate_limits, queues.rate_wait, claim_log); 11: fair share (queues.fair_shares,
 #: fair_pass, fair_vtime and the partial index jobs_fair); 12: the claim index jobs_claim
 #: partial (PostgreSQL), so lookups by id use only the primary key; 13: the claim logs
-#: for its rates the jobs it took, not the function's picks (PostgreSQL: limited_picks).
+#: for its rates the jobs it took, not the function's picks (PostgreSQL: limited_picks);
+#: 14: claim_log's ordinals (n, kn), so a rated claim reads a window's use in two probes.
 SCHEMA_VERSION = max(LATEST.values())
 if set(LATEST.values()) != {SCHEMA_VERSION}:  # a packaging defect
     raise RuntimeError(f"the engines' migrations end at different versions: {LATEST}")

@@ -49,6 +49,7 @@ OLD = {
         ("v10", 10),
         ("v11", 11),
         ("v12", 12),
+        ("v13", 13),
     ],
     "sqlite": [
         ("v1", 1),
@@ -63,10 +64,11 @@ OLD = {
         ("v10", 10),
         ("v11", 11),
         ("v12", 12),
+        ("v13", 13),
     ],
 }
 #: The fixture of the current version: what a fresh install must equal.
-CURRENT = "v13"
+CURRENT = "v14"
 CASES = [(engine, name, version) for engine, olds in OLD.items() for name, version in olds]
 IDS = [f"{engine}-{name}" for engine, name, _ in CASES]
 
@@ -301,17 +303,17 @@ def assert_rows_kept(place: Place, schema: str, path: Path | None) -> None:
 
 # -------------------------------------------------------------------------------- tests
 def test_latest_is_the_schema_version_on_every_engine():
-    assert LATEST == {"postgresql": 13, "sqlite": 13}
-    assert SCHEMA_VERSION == 13
+    assert LATEST == {"postgresql": 14, "sqlite": 14}
+    assert SCHEMA_VERSION == 14
     for engine in ENGINE_PACKAGES:
         found = migrations("alk", engine)
-        assert [m.version for m in found.migrations] == list(range(1, 14))
+        assert [m.version for m in found.migrations] == list(range(1, 15))
         assert found.pending(None) == list(found.migrations)
-        assert [m.version for m in found.pending(1)] == list(range(2, 14))
-        assert [m.version for m in found.pending(7)] == [8, 9, 10, 11, 12, 13]
-        assert [m.version for m in found.pending(9)] == [10, 11, 12, 13]
-        assert [m.version for m in found.pending(11)] == [12, 13]
-        assert found.pending(13) == [] and found.pending(14) == []
+        assert [m.version for m in found.pending(1)] == list(range(2, 15))
+        assert [m.version for m in found.pending(7)] == [8, 9, 10, 11, 12, 13, 14]
+        assert [m.version for m in found.pending(9)] == [10, 11, 12, 13, 14]
+        assert [m.version for m in found.pending(11)] == [12, 13, 14]
+        assert found.pending(14) == [] and found.pending(15) == []
 
 
 @pytest.mark.parametrize(("engine", "name", "version"), CASES, ids=IDS)
@@ -345,7 +347,7 @@ def test_fresh_install_is_the_current_layout_and_idempotent(engine, tmp_path):
         place.run(schema, path, old_script(CURRENT, engine, schema))
         assert place.layout(schema, path) == fresh
         schema, path = place.new()
-        assert place.migrate(schema, path) == list(range(1, 14))
+        assert place.migrate(schema, path) == list(range(1, 15))
         assert place.migrate(schema, path) == []
         assert place.version(schema, path) == SCHEMA_VERSION
         assert place.query(
@@ -394,11 +396,11 @@ def test_sqlite_printed_script_on_a_fresh_file_and_on_older_files(tmp_path):
     its version (``setup=False`` refuses it) until the migrations run. Since version 6
     such a file also stops the script at its last index, jobs_unique, whose column it
     lacks ("no such column"), just before the version it would not have stamped; a
-    version-6 file at jobs_limit_claimed (version 7's limit_key). A version-7 to 10
+    version-6 file at jobs_limit_claimed (version 7's limit_key). A version-7 to 9
     file runs the script to its end but keeps its version: versions 10 and 11 add
     columns to queues (rate_limits, rate_wait; fair_shares, fair_pass, fair_vtime),
-    which only the migrations add. A version-11 or 12 file is complete after it (versions
-    12 and 13 change nothing on SQLite)."""
+    which only the migrations add. A version-10 to 13 file stops at the numbering of
+    claim_log's rows (version 14's columns n and kn), its version kept."""
     place = Place("sqlite", tmp_path)
     fresh = place.fresh()
     schema, path = place.new()
@@ -412,15 +414,20 @@ def test_sqlite_printed_script_on_a_fresh_file_and_on_older_files(tmp_path):
         schema, path = place.new()
         place.run(schema, path, old_script(name, "sqlite", schema))
         insert_rows(place, schema, path)
-        if version >= 7:
+        if version >= 10:
+            # Version 14 adds claim_log.n and kn to the table version 10 made, which the
+            # script cannot add to it: it stops at their numbering of the rows logged
+            # before, and the version stays; the migrations add and number them.
+            with pytest.raises(sqlite3.OperationalError, match="no such column: n"):
+                place.run(schema, path, ddl_script(schema, "sqlite"))
+            after = version
+        elif version >= 7:
             # Versions 10 and 11 add columns to queues, which the script cannot add to an
-            # existing table: it runs to its end (its other statements are idempotent)
-            # and the version stamp, guarded by the columns, stays; the migrations add
-            # them.
+            # existing table: it runs to its end (its other statements are idempotent;
+            # claim_log is new to such a file, made with every column) and the version
+            # stamp, guarded by the columns, stays; the migrations add them.
             place.run(schema, path, ddl_script(schema, "sqlite"))
-            # A version-11 or 12 file has every column: versions 12 and 13 change nothing
-            # on SQLite, so the script completes it and stamps it.
-            after = SCHEMA_VERSION if version >= 11 else version
+            after = version
         else:
             lacks = "limit_key" if version == 6 else "unique_key"  # its first index's column
             with pytest.raises(sqlite3.OperationalError, match=f"no such column: {lacks}"):

@@ -295,17 +295,22 @@ kroom AS (
   ) k
   WHERE k.cap IS NOT NULL
 ),
-rroom AS (
-  SELECT l.name, json_extract(e.value, '$[0]') - (
-    SELECT count(*) FROM {claim_log} x
-    WHERE x.queue = l.name AND x.at > :now - json_extract(e.value, '$[1]')) AS room
+rroom AS (  -- the window's use from the ordinals (migration 14): two probes, no count
+  SELECT l.name, json_extract(e.value, '$[0]') - COALESCE(
+    (SELECT x.n FROM {claim_log} x WHERE x.queue = l.name ORDER BY x.at DESC, x.n DESC LIMIT 1)
+    - (SELECT x.n FROM {claim_log} x
+       WHERE x.queue = l.name AND x.at > :now - json_extract(e.value, '$[1]')
+       ORDER BY x.at, x.n LIMIT 1) + 1, 0) AS room
   FROM lim l, json_each(l.rl) e WHERE l.rl IS NOT NULL AND e.key = ''
 ),
 krate AS (
-  SELECT k.queue, k.limit_key, json_extract(k.r, '$[0]') - (
-    SELECT count(*) FROM {claim_log} x
-    WHERE x.queue = k.queue AND x.limit_key = k.limit_key
-      AND x.at > :now - json_extract(k.r, '$[1]')) AS room
+  SELECT k.queue, k.limit_key, json_extract(k.r, '$[0]') - COALESCE(
+    (SELECT x.kn FROM {claim_log} x WHERE x.queue = k.queue AND x.limit_key = k.limit_key
+     ORDER BY x.at DESC, x.kn DESC LIMIT 1)
+    - (SELECT x.kn FROM {claim_log} x
+       WHERE x.queue = k.queue AND x.limit_key = k.limit_key
+         AND x.at > :now - json_extract(k.r, '$[1]')
+       ORDER BY x.at, x.kn LIMIT 1) + 1, 0) AS room
   FROM (
     SELECT DISTINCT c.queue, c.limit_key, COALESCE(
       (SELECT e.value FROM json_each(c.rl) e WHERE e.key = c.limit_key),
@@ -987,16 +992,27 @@ krate AS (
   ) k
   WHERE k.r IS NOT NULL
 ),
-qfree AS (
-  SELECT q.queue, (SELECT CASE WHEN count(*) >= q.cap THEN min(x.at) + q.per END
-                   FROM {claim_log} x WHERE x.queue = q.queue AND x.at > :now - q.per) AS free
+qfree AS (  -- a full window (its use from the ordinals, as the claim reads it): when it frees
+  SELECT q.queue,
+         CASE WHEN (SELECT x.n FROM {claim_log} x WHERE x.queue = q.queue
+                    ORDER BY x.at DESC, x.n DESC LIMIT 1)
+                   - (SELECT x.n FROM {claim_log} x WHERE x.queue = q.queue
+                      AND x.at > :now - q.per ORDER BY x.at, x.n LIMIT 1) + 1 >= q.cap
+              THEN (SELECT x.at FROM {claim_log} x WHERE x.queue = q.queue
+                    AND x.at > :now - q.per ORDER BY x.at, x.n LIMIT 1) + q.per END AS free
   FROM qrate q
 ),
 kfree AS (
   SELECT k.queue, k.limit_key,
-         (SELECT CASE WHEN count(*) >= k.cap THEN min(x.at) + k.per END
-          FROM {claim_log} x WHERE x.queue = k.queue AND x.limit_key = k.limit_key
-            AND x.at > :now - k.per) AS free
+         CASE WHEN (SELECT x.kn FROM {claim_log} x
+                    WHERE x.queue = k.queue AND x.limit_key = k.limit_key
+                    ORDER BY x.at DESC, x.kn DESC LIMIT 1)
+                   - (SELECT x.kn FROM {claim_log} x
+                      WHERE x.queue = k.queue AND x.limit_key = k.limit_key
+                        AND x.at > :now - k.per ORDER BY x.at, x.kn LIMIT 1) + 1 >= k.cap
+              THEN (SELECT x.at FROM {claim_log} x
+                    WHERE x.queue = k.queue AND x.limit_key = k.limit_key
+                      AND x.at > :now - k.per ORDER BY x.at, x.kn LIMIT 1) + k.per END AS free
   FROM krate k
 ),
 blocked AS (
