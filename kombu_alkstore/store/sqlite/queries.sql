@@ -954,11 +954,16 @@ JOIN {queues} lq ON lq.name = j.queue AND lq.rate_limits IS NOT NULL
 WHERE j.id IN (SELECT value FROM json_each(:ids))
 
 -- name: rate_trim
-DELETE FROM {claim_log}
-WHERE queue IN (SELECT value FROM json_each(:queues))
-  AND at <= :now - (SELECT max(json_extract(e.value, '$[1]'))
-                    FROM {queues} lq, json_each(lq.rate_limits) e
-                    WHERE lq.name = {claim_log}.queue)
+-- Each queue's cutoff first, then a range of claim_log_order per queue (a cutoff
+-- computed per row read every row of the queue's log).
+DELETE FROM {claim_log} WHERE rowid IN (
+  SELECT x.rowid FROM (
+    SELECT lq.name, :now - max(json_extract(e.value, '$[1]')) AS cutoff
+    FROM {queues} lq, json_each(lq.rate_limits) e
+    WHERE lq.name IN (SELECT value FROM json_each(:queues)) GROUP BY lq.name
+  ) c CROSS JOIN {claim_log} x
+  WHERE x.queue = c.name AND x.at <= c.cutoff
+)
 
 -- name: rate_wait_set
 -- After a claim of queues with a rate: when every due job it left (the first

@@ -70,7 +70,11 @@ DROP INDEX IF EXISTS {schema}.claim_log_queue
 DROP INDEX IF EXISTS {schema}.claim_log_key
 
 -- name: limited_picks
--- As in version 13, a window's claims counted from the ordinals (rroom, krate).
+-- As in version 13, but a window's claims counted from the ordinals (rroom, krate), and
+-- the trim of claims older than every period made per queue with its cutoff computed
+-- first: as one DELETE whose cutoff was a subquery on the queue's row, the planner came
+-- to scan the whole log with the subquery run per row once the log had grown (never
+-- analyzed: 8,600 rows at 1000000/m, 20 ms of a claim's 22).
 DO $migration$ BEGIN
 CREATE OR REPLACE FUNCTION {schema}.limited_picks(
   qs TEXT[], batch INTEGER, at DOUBLE PRECISION, scan INTEGER
@@ -80,6 +84,8 @@ LANGUAGE plpgsql VOLATILE ROWS 1 AS $$
 #variable_conflict use_column
 DECLARE
   t DOUBLE PRECISION;
+  q TEXT;
+  cutoff DOUBLE PRECISION;
 BEGIN
   PERFORM 1 FROM {queues} lq
   WHERE lq.name = ANY(qs)
@@ -88,10 +94,14 @@ BEGIN
   ORDER BY lq.name
   FOR NO KEY UPDATE OF lq;
   t := extract(epoch FROM clock_timestamp());
-  DELETE FROM {claim_log} o USING {queues} lq
-  WHERE lq.name = ANY(qs) AND lq.rate_limits IS NOT NULL AND o.queue = lq.name
-    AND o.at <= t - (SELECT max((e.value ->> 1)::float8)
-                     FROM jsonb_each(lq.rate_limits::jsonb) e);
+  -- the trim, one queue at a time: its cutoff a value, so always a range of claim_log_order
+  FOR q, cutoff IN
+    SELECT lq.name, t - max((e.value ->> 1)::float8)
+    FROM {queues} lq, jsonb_each(lq.rate_limits::jsonb) e
+    WHERE lq.name = ANY(qs) AND lq.rate_limits IS NOT NULL GROUP BY lq.name
+  LOOP
+    DELETE FROM {claim_log} o WHERE o.queue = q AND o.at <= cutoff;
+  END LOOP;
   RETURN QUERY
   WITH RECURSIVE lim AS (
     SELECT lq.name, lq.max_claimed, lq.key_limits::jsonb AS kl,
