@@ -346,10 +346,13 @@ lpick AS (
   LEFT JOIN lroom u ON u.name = r.queue LEFT JOIN rroom v ON v.name = r.queue
   WHERE {least_room} IS NULL OR r.qn <= {least_room}
 ),
-free AS (
+free AS (  -- the queues without a limit: the limited ones left out of the IN list (a
+  -- filter after it read every due job of a limited queue, to drop them all)
   SELECT id, {revoked} AS revoked, priority, run_at, 0.0 AS s
   FROM {jobs} j
-  WHERE {active_queues} AND queue NOT IN (SELECT name FROM lim)
+  WHERE queue IN (SELECT value FROM json_each(:queues)
+                  WHERE value NOT IN (SELECT queue FROM {paused_queues})
+                    AND value NOT IN (SELECT name FROM lim))
     AND run_at <= :now AND (expires_at IS NULL OR expires_at > :now)
     AND attempts < max_attempts
   ORDER BY priority DESC, run_at, id
