@@ -201,6 +201,15 @@ VALUES ({dead_values}, :now, :error)
 -- batch): jobs beyond them wait for the next claim even when their keys have room.
 256
 
+-- fragment: per_key
+-- Whether a limited queue of "lim" (its key_limits, rate_limits as rl, fair_shares as fs)
+-- limits its keys: a per-key concurrency limit or rate, or fair share. Only then can a
+-- due job be refused while later ones fit, so only then does a claim look at more due
+-- jobs than its batch (limit_scan), as PostgreSQL's limited_picks.
+EXISTS (SELECT 1 FROM lim l2
+        WHERE l2.key_limits IS NOT NULL OR l2.fs IS NOT NULL
+           OR EXISTS (SELECT 1 FROM json_each(l2.rl) e WHERE e.key <> ''))
+
 -- name: claim_pick
 -- The claim's candidates, in claim order, and whether their task was revoked.
 SELECT id, {revoked} AS revoked
@@ -240,7 +249,7 @@ lscan AS (
     AND {active_queues} AND run_at <= :now AND (expires_at IS NULL OR expires_at > :now)
     AND attempts < max_attempts
   ORDER BY priority DESC, run_at, id
-  LIMIT max(:limit, {limit_scan})
+  LIMIT CASE WHEN {per_key} THEN max(:limit, {limit_scan}) ELSE :limit END
 ),
 fkeys (queue, k) AS (
   SELECT l.name, (SELECT j.limit_key FROM {jobs} j
@@ -969,12 +978,12 @@ DELETE FROM {claim_log} WHERE rowid IN (
 )
 
 -- name: rate_wait_set
--- After a claim of queues with a rate: when every due job it left (the first
--- limit_scan) is refused by a rate, rate_wait is the time the first of them may be
--- claimed (a window's oldest claim + its period), else NULL; written only on a change
--- (a write wakes every waiter on the file).
+-- After a claim of queues with a rate: when every due job it left (the first :limit, or
+-- limit_scan where a queue limits its keys, as the claim looks at) is refused by a rate,
+-- rate_wait is the time the first of them may be claimed (a window's oldest claim + its
+-- period), else NULL; written only on a change (a write wakes every waiter on the file).
 WITH lim AS (
-  SELECT lq.name, lq.rate_limits AS rl FROM {queues} lq
+  SELECT lq.name, lq.rate_limits AS rl, lq.key_limits, lq.fair_shares AS fs FROM {queues} lq
   WHERE lq.name IN (SELECT value FROM json_each(:queues)) AND lq.rate_limits IS NOT NULL
 ),
 rest AS (
@@ -982,7 +991,7 @@ rest AS (
   WHERE j.queue = l.name AND {active_queues} AND j.run_at <= :now
     AND (j.expires_at IS NULL OR j.expires_at > :now) AND j.attempts < j.max_attempts
   ORDER BY j.priority DESC, j.run_at, j.id
-  LIMIT {limit_scan}
+  LIMIT CASE WHEN {per_key} THEN max(:limit, {limit_scan}) ELSE :limit END
 ),
 qrate AS (
   SELECT l.name AS queue, json_extract(e.value, '$[0]') AS cap,
