@@ -97,13 +97,10 @@ def test_a_rated_claim_reads_as_much_with_6000_claims_in_its_windows_as_with_100
         psycopg.connect(pg_target.url, autocommit=True) as admin,
         psycopg.connect(pg_target.url) as explain,
     ):
-        store.set_rate("q", "1000000/h")  # never throttles: every claim stays in the window
-        store.set_rate("q", "1000000/h", key="*")
-        store.enqueue_many([NewJob("q", keyed_body("k", n)) for n in range(7_500)])
+        rated(store)
 
         def claimed(count: int) -> int:
-            for _ in range(count // 10):
-                assert len(store.claim(["q"], 10)) == 10
+            claim_jobs(store, count)
             # the claims' moved index entries gone, so that only the log can differ
             admin.execute(f'VACUUM "{schema}".jobs')
             (logged,) = admin.execute(
