@@ -322,9 +322,10 @@ def test_no_value_is_ever_sql_text(target, capture):
     else:
         assert sum(TOK in e for e in capture.expanded) > 50
     # Nothing but the schema (a validated identifier) ever varies the statement text:
-    # the package issues a bounded set of distinct statements, whatever the values.
+    # the package issues a bounded set of distinct statements, whatever the values
+    # (152 on PostgreSQL at schema version 14, most of them the migrations').
     distinct = set(capture.statements)
-    assert len(distinct) < 150, len(distinct)
+    assert len(distinct) < 200, len(distinct)
 
 
 # --------------------------------------------------------------------------- the schema
