@@ -130,3 +130,21 @@ def test_a_limited_sqlite_claim_runs_as_many_steps_with_20000_due_as_with_1000(s
         many = sqlite_steps(store, str(store.path), ("claim_pick_limited",))
         assert many <= few + 50, (few, many)
         assert len(store.claim(["q"], 10)) == 10
+
+
+def test_a_sqlite_claim_probe_of_a_throttled_queue_runs_as_many_steps_with_10000_due(
+    sqlite_target,
+):
+    """The read before a claim (claim_probe) leaves a queue its rate throttles out of its
+    walk: a filter after the walk read every due job of it, to find nothing (12,420
+    steps with 1,000 due, 120,420 with 10,000), on every wake of a worker."""
+    with sqlite_target.open() as store:
+        store.set_rate("q", "1/h")
+        store.enqueue_many([NewJob("q", b"{}") for _ in range(1_000)])
+        assert len(store.claim(["q"], 10)) == 1
+        assert store.claim(["q"], 10) == []  # throttled until the hour is over
+        few = sqlite_steps(store, str(store.path), ("claim_probe",))
+        store.enqueue_many([NewJob("q", b"{}") for _ in range(9_000)])
+        many = sqlite_steps(store, str(store.path), ("claim_probe",))
+        assert many <= few + 50, (few, many)
+        assert not store.has_due(["q"])

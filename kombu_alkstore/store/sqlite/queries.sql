@@ -177,9 +177,13 @@ WHERE lq.name IN (SELECT value FROM json_each(:queues))
 -- name: claim_probe
 -- Anything due (a lapsed claim included) that a claim may take? A read: a claim with
 -- nothing due, or only jobs of queues at their limit or throttled by a rate, takes no
--- write lock.
+-- write lock. The blocked queues are left out of the walk's IN list (a filter after it
+-- read every due job of a throttled queue, to drop them all).
 SELECT 1 AS due FROM {jobs}
-WHERE {active_queues} AND run_at <= :now AND queue NOT IN ({blocked_queues}) LIMIT 1
+WHERE queue IN (SELECT value FROM json_each(:queues)
+                WHERE value NOT IN (SELECT queue FROM {paused_queues})
+                  AND value NOT IN ({blocked_queues}))
+  AND run_at <= :now LIMIT 1
 
 -- name: take_spent
 -- The spent lapsed claims among the due jobs, out of the queue (to "bury").
