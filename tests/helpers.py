@@ -10,7 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -350,3 +350,29 @@ def scans_buffers(plan: dict, relation: str) -> int:
         for n in plan_nodes(plan)
         if n.get("Relation Name") == relation and "Scan" in n["Node Type"]
     )
+
+
+def sqlite_steps(store, names: Sequence[str], **params: Any) -> int:
+    """SQLite virtual machine instructions (``sqlite3``'s progress handler) of the
+    SQLite ``store``'s own statements ``names``, run in order on a connection of our own
+    in a write transaction rolled back, with the parameters a claim of 10 from queue
+    ``q`` binds now (``params`` added)."""
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    bound = {"queues": json.dumps(["q"]), "limit": 10, "now": time.time(), "ids": "[]"}
+    conn = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.set_progress_handler(count, 1)
+        for name in names:
+            conn.execute(store._sql[name], {**bound, **params}).fetchall()
+        conn.set_progress_handler(None, 1)
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+    return steps
