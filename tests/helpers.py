@@ -376,3 +376,24 @@ def sqlite_steps(store, names: Sequence[str], **params: Any) -> int:
     finally:
         conn.close()
     return steps
+
+
+def blocks_read(
+    conn: psycopg.Connection, table: str, sql: str, params: dict[str, Any] | Sequence[Any]
+) -> int:
+    """Blocks (hit + read) ``sql`` reads from ``table`` (as written in SQL) and its
+    indexes, run on ``conn`` in a transaction rolled back: the backend's own counts
+    before and after it, in that transaction (a backend's counts reach the shared
+    statistics only between transactions)."""
+    count = (
+        "SELECT sum(pg_stat_get_xact_blocks_fetched(c.oid)) FROM pg_class c "
+        "WHERE c.oid = %(t)s::regclass "
+        "OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = %(t)s::regclass)"
+    )
+    try:
+        (before,) = conn.execute(count, {"t": table}).fetchone()
+        conn.execute(sql, params).fetchall()
+        (after,) = conn.execute(count, {"t": table}).fetchone()
+    finally:
+        conn.rollback()
+    return int(after) - int(before)

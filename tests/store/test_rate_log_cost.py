@@ -17,32 +17,22 @@ from __future__ import annotations
 import psycopg
 
 from kombu_alkstore.store import NewJob
-from tests.helpers import sqlite_steps
+from tests.helpers import blocks_read, sqlite_steps
 from tests.store.conformance.helpers import keyed_body
 
 
 def log_blocks(conn: psycopg.Connection, schema: str, queue: str) -> int:
-    """Blocks (hit + read) one rated pick of 10 from ``queue`` reads from the rates' log
-    and its indexes (this transaction's own counts, rolled back), the second of two: the
-    first also reads the catalogs, planning the function. The log's alone, so that what
-    the jobs' index holds (dead entries other sessions' snapshots keep) does not count."""
-    log = f'"{schema}".claim_log'
+    """Blocks one rated pick of 10 from ``queue`` reads from the rates' log and its
+    indexes (rolled back), the second of two: the first also plans the function. The
+    log's alone, so that what the jobs' index holds (dead entries that other sessions'
+    snapshots keep) does not count."""
+    sql = (
+        f'SELECT * FROM "{schema}".limited_picks(%s, 10, '
+        "extract(epoch FROM clock_timestamp()), 100)"
+    )
     for _ in range(2):
-        try:
-            conn.execute(
-                f'SELECT * FROM "{schema}".limited_picks(%s, 10, '
-                "extract(epoch FROM clock_timestamp()), 100)",
-                ([queue],),
-            ).fetchall()
-            (blocks,) = conn.execute(
-                "SELECT sum(pg_stat_get_xact_blocks_fetched(c.oid)) FROM pg_class c "
-                "WHERE c.oid = %s::regclass "
-                "OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = %s::regclass)",
-                (log, log),
-            ).fetchone()
-        finally:
-            conn.rollback()
-    return int(blocks)
+        blocks = blocks_read(conn, f'"{schema}".claim_log', sql, ([queue],))
+    return blocks
 
 
 RATED = ("claim_pick_limited", "rate_trim", "rate_wait_set")

@@ -678,13 +678,19 @@ lapsed_buried AS (
 -- fragment: retention_ctes
 -- With no retention anywhere (the default) the first test is a one-time filter: no scan.
 -- A join, not a sub-plan per letter: that one's cost estimate (500,000 letters: over a
--- million) also made PostgreSQL JIT-compile the round, 0.3 s each time.
+-- million) also made PostgreSQL JIT-compile the round, 0.3 s each time. Only letters
+-- older than the shortest retention are read (dead_died), as on SQLite: the queue's own
+-- cutoff alone, a value per letter, read every letter each round.
 retention_purged AS (
   DELETE FROM {dead} d
   WHERE d.id IN (
     SELECT x.id FROM {dead} x LEFT JOIN {queues} q ON q.name = x.queue
     WHERE (%(retention)s::float8 IS NOT NULL
            OR EXISTS (SELECT 1 FROM {queues} WHERE dead_letter_retention IS NOT NULL))
+      AND x.died_at < {now} - (
+        SELECT min(m.r) FROM (
+          SELECT dead_letter_retention AS r FROM {queues} WHERE dead_letter_retention IS NOT NULL
+          UNION ALL SELECT %(retention)s::float8) m)
       AND x.died_at < {now} - COALESCE(q.dead_letter_retention, %(retention)s::float8)
     LIMIT %(batch)s)
   RETURNING 1
