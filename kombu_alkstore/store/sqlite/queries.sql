@@ -174,16 +174,33 @@ WHERE lq.name IN (SELECT value FROM json_each(:queues))
        OR lq.max_claimed <= (SELECT count(*) FROM {jobs} x WHERE x.queue = lq.name
                              AND x.state = 'processing' AND x.deadline > :now))
 
+-- fragment: bands
+-- The priorities present in each queue of :queues (less the paused and the blocked
+-- ones), highest first: one seek of the claim index each (a loose index scan, as
+-- next_due's). Within one (queue, priority) the index is in run_at order, so a walk of
+-- the due jobs stops at the first one not due; over the whole queue it read every
+-- delayed (ETA) and in-flight job whenever fewer were due than it looked for.
+bands(queue, p) AS (
+  SELECT qn.value, (SELECT priority FROM {jobs} WHERE queue = qn.value
+                    ORDER BY priority DESC LIMIT 1)
+  FROM json_each(:queues) AS qn
+  WHERE qn.value NOT IN (SELECT queue FROM {paused_queues})
+    AND qn.value NOT IN ({blocked_queues})
+  UNION ALL
+  SELECT b.queue, (SELECT j.priority FROM {jobs} j WHERE j.queue = b.queue
+                   AND j.priority < b.p ORDER BY j.priority DESC LIMIT 1)
+  FROM bands b WHERE b.p IS NOT NULL
+)
+
 -- name: claim_probe
 -- Anything due (a lapsed claim included) that a claim may take? A read: a claim with
 -- nothing due, or only jobs of queues at their limit or throttled by a rate, takes no
--- write lock. The blocked queues are left out of the walk's IN list (a filter after it
--- read every due job of a throttled queue, to drop them all).
-SELECT 1 AS due FROM {jobs}
-WHERE queue IN (SELECT value FROM json_each(:queues)
-                WHERE value NOT IN (SELECT queue FROM {paused_queues})
-                  AND value NOT IN ({blocked_queues}))
-  AND run_at <= :now LIMIT 1
+-- write lock. One range of the claim index per band (bands).
+WITH RECURSIVE {bands}
+SELECT 1 AS due FROM bands b
+WHERE b.p IS NOT NULL AND EXISTS (
+  SELECT 1 FROM {jobs} j WHERE j.queue = b.queue AND j.priority = b.p AND j.run_at <= :now)
+LIMIT 1
 
 -- name: take_spent
 -- The spent lapsed claims among the due jobs, out of the queue (to "bury").
@@ -215,12 +232,17 @@ EXISTS (SELECT 1 FROM lim l2
            OR EXISTS (SELECT 1 FROM json_each(l2.rl) e WHERE e.key <> ''))
 
 -- name: claim_pick
--- The claim's candidates, in claim order, and whether their task was revoked.
-SELECT id, {revoked} AS revoked
-FROM {jobs} j
-WHERE {active_queues} AND run_at <= :now AND (expires_at IS NULL OR expires_at > :now)
-  AND attempts < max_attempts
-ORDER BY priority DESC, run_at, id
+-- The claim's candidates, in claim order, and whether their task was revoked: the first
+-- :limit due jobs of each band (bands), the best :limit of them.
+WITH RECURSIVE {bands}
+SELECT j.id, {revoked} AS revoked
+FROM bands b CROSS JOIN {jobs} j
+WHERE b.p IS NOT NULL AND j.id IN (
+  SELECT x.id FROM {jobs} x
+  WHERE x.queue = b.queue AND x.priority = b.p AND x.run_at <= :now
+    AND (x.expires_at IS NULL OR x.expires_at > :now) AND x.attempts < x.max_attempts
+  ORDER BY x.run_at, x.id LIMIT :limit)
+ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT :limit
 
 -- name: limited_queues
