@@ -5,11 +5,13 @@
 -- host's clock) is bound to every statement by the store unless the caller gives one.
 -- Lists are bound as JSON text and read with json_each().
 
--- fragment: active_queues
+-- fragment: active_names
 -- The queues a claim or a due check looks at: those of :queues, less the paused ones
--- (see Store.pause_queue).
-queue IN (SELECT value FROM json_each(:queues)
-          WHERE value NOT IN (SELECT queue FROM {paused_queues}))
+-- (see Store.pause_queue), as a SELECT of "value" (an IN list, or a table to scan).
+SELECT value FROM json_each(:queues) WHERE value NOT IN (SELECT queue FROM {paused_queues})
+
+-- fragment: active_queues
+queue IN ({active_names})
 
 -- fragment: revoked
 -- Whether job j's task was revoked (Store.revoke); jobs.revoked_at holds the marks a
@@ -183,9 +185,7 @@ WHERE lq.name IN (SELECT value FROM json_each(:queues))
 bands(queue, p) AS (
   SELECT qn.value, (SELECT priority FROM {jobs} WHERE queue = qn.value
                     ORDER BY priority DESC LIMIT 1)
-  FROM json_each(:queues) AS qn
-  WHERE qn.value NOT IN (SELECT queue FROM {paused_queues})
-    AND qn.value NOT IN ({blocked_queues})
+  FROM ({active_names}) AS qn WHERE qn.value NOT IN ({blocked_queues})
   UNION ALL
   SELECT b.queue, (SELECT j.priority FROM {jobs} j WHERE j.queue = b.queue
                    AND j.priority < b.p ORDER BY j.priority DESC LIMIT 1)
@@ -385,9 +385,7 @@ free AS (  -- the queues without a limit: the limited ones left out of the IN li
   -- filter after it read every due job of a limited queue, to drop them all)
   SELECT id, {revoked} AS revoked, priority, run_at, 0.0 AS s
   FROM {jobs} j
-  WHERE queue IN (SELECT value FROM json_each(:queues)
-                  WHERE value NOT IN (SELECT queue FROM {paused_queues})
-                    AND value NOT IN (SELECT name FROM lim))
+  WHERE queue IN ({active_names} AND value NOT IN (SELECT name FROM lim))
     AND run_at <= :now AND (expires_at IS NULL OR expires_at > :now)
     AND attempts < max_attempts
   ORDER BY priority DESC, run_at, id
@@ -460,8 +458,8 @@ SELECT count(*) AS size FROM {jobs} WHERE queue = :queue AND state = 'pending'
 WITH RECURSIVE prio(queue, p) AS (
   SELECT qn.value, (SELECT priority FROM {jobs} WHERE queue = qn.value
                     ORDER BY priority DESC LIMIT 1)
-  FROM json_each(:queues) AS qn WHERE qn.value NOT IN (SELECT queue FROM {paused_queues})
-    AND qn.value NOT IN ({full_queues})  -- due again when a claim ends (a wake-up)
+  FROM ({active_names}) AS qn
+  WHERE qn.value NOT IN ({full_queues})  -- due again when a claim ends (a wake-up)
   UNION ALL
   SELECT prio.queue, (SELECT j.priority FROM {jobs} j WHERE j.queue = prio.queue
                       AND j.priority < prio.p ORDER BY j.priority DESC LIMIT 1)
