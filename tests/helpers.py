@@ -225,6 +225,20 @@ def run_sql(target, script: str) -> None:
             conn.close()
 
 
+def sql_rows(target, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    """One statement (``?`` placeholders) on the target's database, outside the store,
+    as another program would run it (an older worker, an operator); its rows, if any."""
+    if target.engine == "postgresql":
+        with psycopg.connect(target.url, autocommit=True) as conn:
+            cur = conn.execute(sql.replace("?", "%s"), params)
+            return cur.fetchall() if cur.description else []
+    conn = sqlite3.connect(target.url.removeprefix("sqlite:///"), isolation_level=None)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
 @contextmanager
 def consumer_in_hub(target, prefetch_count: int | None = None) -> Iterator[tuple]:
     """A kombu consumer of queue "q" registered with a real kombu ``Hub`` (the event loop a
