@@ -31,7 +31,9 @@ from .options import validate_identifier
 #: fair_pass, fair_vtime and the partial index jobs_fair); 12: the claim index jobs_claim
 #: partial (PostgreSQL), so lookups by id use only the primary key; 13: the claim logs
 #: for its rates the jobs it took, not the function's picks (PostgreSQL: limited_picks);
-#: 14: claim_log's ordinals (n, kn), so a rated claim reads a window's use in two probes.
+#: 14: claim_log's ordinals (n, kn), so a rated claim reads a window's use in two probes;
+#: 15: unique_keys, the keys of unique jobs in a table of their own kept by triggers on
+#: jobs (PostgreSQL; on SQLite the table is not made: jobs_unique holds the keys there).
 SCHEMA_VERSION = max(LATEST.values())
 if set(LATEST.values()) != {SCHEMA_VERSION}:  # a packaging defect
     raise RuntimeError(f"the engines' migrations end at different versions: {LATEST}")
@@ -72,6 +74,7 @@ class Tables:
     revokes: Table
     acts: Table
     claim_log: Table
+    unique_keys: Table
 
     def all(self) -> tuple[Table, ...]:
         return tuple(getattr(self, f.name) for f in fields(self))

@@ -50,6 +50,7 @@ OLD = {
         ("v11", 11),
         ("v12", 12),
         ("v13", 13),
+        ("v14", 14),
     ],
     "sqlite": [
         ("v1", 1),
@@ -65,10 +66,11 @@ OLD = {
         ("v11", 11),
         ("v12", 12),
         ("v13", 13),
+        ("v14", 14),
     ],
 }
 #: The fixture of the current version: what a fresh install must equal.
-CURRENT = "v14"
+CURRENT = "v15"
 CASES = [(engine, name, version) for engine, olds in OLD.items() for name, version in olds]
 IDS = [f"{engine}-{name}" for engine, name, _ in CASES]
 
@@ -303,17 +305,17 @@ def assert_rows_kept(place: Place, schema: str, path: Path | None) -> None:
 
 # -------------------------------------------------------------------------------- tests
 def test_latest_is_the_schema_version_on_every_engine():
-    assert LATEST == {"postgresql": 14, "sqlite": 14}
-    assert SCHEMA_VERSION == 14
+    assert LATEST == {"postgresql": 15, "sqlite": 15}
+    assert SCHEMA_VERSION == 15
     for engine in ENGINE_PACKAGES:
         found = migrations("alk", engine)
-        assert [m.version for m in found.migrations] == list(range(1, 15))
+        assert [m.version for m in found.migrations] == list(range(1, 16))
         assert found.pending(None) == list(found.migrations)
-        assert [m.version for m in found.pending(1)] == list(range(2, 15))
-        assert [m.version for m in found.pending(7)] == [8, 9, 10, 11, 12, 13, 14]
-        assert [m.version for m in found.pending(9)] == [10, 11, 12, 13, 14]
-        assert [m.version for m in found.pending(11)] == [12, 13, 14]
-        assert found.pending(14) == [] and found.pending(15) == []
+        assert [m.version for m in found.pending(1)] == list(range(2, 16))
+        assert [m.version for m in found.pending(7)] == [8, 9, 10, 11, 12, 13, 14, 15]
+        assert [m.version for m in found.pending(9)] == [10, 11, 12, 13, 14, 15]
+        assert [m.version for m in found.pending(11)] == [12, 13, 14, 15]
+        assert found.pending(15) == [] and found.pending(16) == []
 
 
 @pytest.mark.parametrize(("engine", "name", "version"), CASES, ids=IDS)
@@ -347,7 +349,7 @@ def test_fresh_install_is_the_current_layout_and_idempotent(engine, tmp_path):
         place.run(schema, path, old_script(CURRENT, engine, schema))
         assert place.layout(schema, path) == fresh
         schema, path = place.new()
-        assert place.migrate(schema, path) == list(range(1, 15))
+        assert place.migrate(schema, path) == list(range(1, 16))
         assert place.migrate(schema, path) == []
         assert place.version(schema, path) == SCHEMA_VERSION
         assert place.query(
@@ -400,7 +402,8 @@ def test_sqlite_printed_script_on_a_fresh_file_and_on_older_files(tmp_path):
     file runs the script to its end but keeps its version: versions 10 and 11 add
     columns to queues (rate_limits, rate_wait; fair_shares, fair_pass, fair_vtime),
     which only the migrations add. A version-10 to 13 file stops at the numbering of
-    claim_log's rows (version 14's columns n and kn), its version kept."""
+    claim_log's rows (version 14's columns n and kn), its version kept. A version-14
+    file is complete after it (version 15 changes nothing on SQLite)."""
     place = Place("sqlite", tmp_path)
     fresh = place.fresh()
     schema, path = place.new()
@@ -414,7 +417,12 @@ def test_sqlite_printed_script_on_a_fresh_file_and_on_older_files(tmp_path):
         schema, path = place.new()
         place.run(schema, path, old_script(name, "sqlite", schema))
         insert_rows(place, schema, path)
-        if version >= 10:
+        if version >= 14:
+            # A version-14 file has every column: version 15 changes nothing on SQLite,
+            # so the script completes it and stamps it.
+            place.run(schema, path, ddl_script(schema, "sqlite"))
+            after = SCHEMA_VERSION
+        elif version >= 10:
             # Version 14 adds claim_log.n and kn to the table version 10 made, which the
             # script cannot add to it: it stops at their numbering of the rows logged
             # before, and the version stays; the migrations add and number them.

@@ -276,12 +276,13 @@ RETURNING id, CASE {announce} END AS notified
 
 -- name: insert_unique
 -- A job with a unique key (see store/unique.py): inserted unless a live job of its queue
--- holds the key (the partial unique index jobs_unique, named by its columns and
--- predicate), then pending and announced as "insert" does. Such a job is never handed
--- off: the hand-off locks an idle worker's offer row, and an insert whose key is held by
--- a publish not yet committed waits for that transaction, so it would hold the offer
--- (and the worker's next register) for as long. A duplicate inserts nothing, announces
--- nothing and returns no row; nor, as in "insert", does a publish no waiter hears.
+-- holds the key (the trigger unique_key_take skips the row when unique_keys has the key,
+-- migration 0015), then pending and announced as "insert" does. Such a job is never
+-- handed off: the hand-off locks an idle worker's offer row, and an insert whose key is
+-- held by a publish not yet committed waits for that transaction, so it would hold the
+-- offer (and the worker's next register) for as long. A duplicate inserts nothing,
+-- announces nothing and returns no row; nor, as in "insert", does a publish no waiter
+-- hears.
 WITH {new_job}
 INSERT INTO {jobs} (queue, msg_id, body, priority, run_at, expires_at, max_attempts,
                     visibility_timeout, backoff_base, created_at, unique_key,
@@ -290,12 +291,13 @@ SELECT %(queue)s, %(msg_id)s, %(body)s::bytea, %(priority)s, v.run_at, v.expires
        v.max_attempts, v.vt, v.bb, v.now, %(unique_key)s::text,
        %(unique_claimed)s::boolean, %(limit_key)s::text
 FROM v
-ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
 RETURNING id, CASE {announce} END AS notified
 
 -- name: unique_holder
--- The live job holding a unique key in a queue (at most one: the index jobs_unique).
-SELECT {job_read} FROM {jobs} WHERE queue = %(queue)s AND unique_key = %(unique_key)s
+-- The live job holding a unique key in a queue (at most one: unique_keys' primary key).
+SELECT {job_read} FROM {jobs}
+WHERE id = (SELECT k.job_id FROM {unique_keys} k
+            WHERE k.queue = %(queue)s AND k.key = %(unique_key)s)
 
 -- fragment: handoff_object
 -- The hand-off wire format: ["h", object], the object holding the Delivery's fields by
