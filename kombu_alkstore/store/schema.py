@@ -33,7 +33,9 @@ from .options import validate_identifier
 #: for its rates the jobs it took, not the function's picks (PostgreSQL: limited_picks);
 #: 14: claim_log's ordinals (n, kn), so a rated claim reads a window's use in two probes;
 #: 15: unique_keys, the keys of unique jobs in a table of their own kept by triggers on
-#: jobs (PostgreSQL; on SQLite the table is not made: jobs_unique holds the keys there).
+#: jobs (PostgreSQL; on SQLite the table is not made: jobs_unique holds the keys there);
+#: 16: a claim's and an ack's writes by id in functions planned without sequential
+#: scans (PostgreSQL: delete_rows, claim_rows).
 SCHEMA_VERSION = max(LATEST.values())
 if set(LATEST.values()) != {SCHEMA_VERSION}:  # a packaging defect
     raise RuntimeError(f"the engines' migrations end at different versions: {LATEST}")

@@ -418,28 +418,23 @@ WHERE qn.name <> ALL({paused}) AND qn.name <> ALL(ARRAY(SELECT name FROM lim))
 -- claimed rows only: a candidate the function picked from its later snapshot may be
 -- missing from this statement's (migration 13). A claim without limits evaluates one
 -- NULL test per row there (an INSERT in a CTE cost a claim 3 to 15 per cent, noisy).
--- jobs is found by "id = ANY(ARRAY(...))" and not joined to due: a join lets a planner
--- that thinks jobs empty (ANALYZE behind a pinned horizon: reltuples 0) scan a whole
--- index of it as the outer side, a read of every dead entry per claim.
-gone AS (
-  DELETE FROM {jobs} j WHERE j.id = ANY(ARRAY(SELECT due.id FROM due WHERE due.spent))
-  RETURNING j.*
+-- jobs is written by id (delete_rows, claim_rows: migration 16, planned without
+-- sequential scans, so a plan made while jobs was empty does not scan it whole once it
+-- is large), not joined to due: a join lets a planner that thinks jobs empty (ANALYZE
+-- behind a pinned horizon: reltuples 0) scan a whole index of it as the outer side.
+gone AS (  -- the call made only when a candidate is spent (a one-time filter)
+  SELECT * FROM {delete_rows}(ARRAY(SELECT due.id FROM due WHERE due.spent), NULL, {now})
+  WHERE EXISTS (SELECT 1 FROM due WHERE due.spent)
 ),
 buried AS (
   INSERT INTO {dead} ({dead_columns}, died_at, last_error)
   SELECT {dead_columns}, {now}, 'attempts exhausted' FROM gone RETURNING id
 ),
 claimed AS (
-  UPDATE {jobs} j
-  SET state = 'processing', attempts = j.attempts + 1,
-      token = {token},
-      deadline = {now} + j.visibility_timeout, run_at = {now} + j.visibility_timeout,
-      -- a key held only while waiting (unique_claimed false) is free once claimed
-      unique_key = CASE WHEN j.unique_claimed THEN j.unique_key END
-  WHERE j.id = ANY(ARRAY(SELECT due.id FROM due WHERE NOT due.spent))
-  RETURNING j.id, j.token, j.queue, j.body, j.priority, j.attempts, j.max_attempts,
-            j.backoff_base, j.deadline, j.msg_id, j.visibility_timeout, j.limit_key,
-            {revoked} AS revoked
+  SELECT j.id, j.token, j.queue, j.body, j.priority, j.attempts, j.max_attempts,
+         j.backoff_base, j.deadline, j.msg_id, j.visibility_timeout, j.limit_key,
+         {revoked} AS revoked
+  FROM {claim_rows}(ARRAY(SELECT due.id FROM due WHERE NOT due.spent), {now}) j
 )
 SELECT c.id, c.token, c.queue, c.body, c.priority, c.attempts, c.max_attempts,
        c.backoff_base, c.deadline, due.was_due, c.msg_id, c.visibility_timeout, c.revoked
@@ -569,10 +564,7 @@ freed AS (
 )
 
 -- name: ack
-WITH gone AS (
-  DELETE FROM {jobs} j USING {held_handles}
-  WHERE {held} RETURNING j.id, j.queue
-),
+WITH gone AS (SELECT * FROM {delete_rows}(%(ids)s::bigint[], %(tokens)s::bigint[], {now})),
 {freed}
 SELECT g.id FROM gone g, (SELECT count(*) FROM freed) f
 
@@ -599,10 +591,7 @@ WITH moved AS (
 SELECT id, {wake} AS notified FROM moved
 
 -- name: kill
-WITH gone AS (
-  DELETE FROM {jobs} j USING {held_handles}
-  WHERE {held} RETURNING j.*
-),
+WITH gone AS (SELECT * FROM {delete_rows}(%(ids)s::bigint[], %(tokens)s::bigint[], {now})),
 {freed},
 buried AS (
   INSERT INTO {dead} ({dead_columns}, died_at, last_error)

@@ -86,8 +86,11 @@ class PostgresStore(Store):
         self._pid = os.getpid()
         #: Its statements, their parameters and rows (shared with the claim session,
         #: the waiter and the result tables).
-        # Migration 0013's claim functions for limited queues, in the schema.
-        functions = {f: f'"{options.schema}".{f}' for f in ("limited_picks", "log_claim")}
+        # The schema's functions: migration 0013's for limited queues, 0016's writes by id.
+        functions = {
+            f: f'"{options.schema}".{f}'
+            for f in ("limited_picks", "log_claim", "delete_rows", "claim_rows")
+        }
         self.statements = PostgresStatements({**self.names, **functions}, options.schema)
         #: The store's NOTIFY channel (bound to every statement as ``%(channel)s``).
         self.channel = self.statements.channel
