@@ -415,8 +415,9 @@ WHERE qn.name <> ALL({paused}) AND qn.name <> ALL(ARRAY(SELECT name FROM lim))
 -- the dead letters, and one row with a NULL id says how many did (places they took).
 -- The rates' log gets one row per job taken that a rate counts (log_at, the time
 -- limited_picks read under the queues' row locks), by log_claim in the last WHERE, on
--- claimed rows only: a candidate the function picked from its later snapshot may be
--- missing from this statement's (migration 13). A claim without limits evaluates one
+-- claimed rows only (migration 13: a candidate the function picked from its later
+-- snapshot was missing from this statement's; since migration 16 claim_rows, with a
+-- snapshot of its own, claims it too). A claim without limits evaluates one
 -- NULL test per row there (an INSERT in a CTE cost a claim 3 to 15 per cent, noisy).
 -- jobs is written by id (delete_rows, claim_rows: migration 16, planned without
 -- sequential scans, so a plan made while jobs was empty does not scan it whole once it
