@@ -32,6 +32,7 @@ from .fair import FairStatements
 from .health import HealthReads
 from .limits import LimitStatements, limit_key_of
 from .options import StoreOptions, StoreURL, validate_name
+from .planner import PlannerStats
 from .rates import RateStatements
 from .reads import DashboardReads
 from .schedules import ScheduleStatements
@@ -59,6 +60,7 @@ def _handles(deliveries: Iterable[Delivery]) -> list[Delivery]:
 class Store(
     DashboardReads,
     HealthReads,
+    PlannerStats,
     LimitStatements,
     RateStatements,
     FairStatements,

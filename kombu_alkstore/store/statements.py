@@ -51,6 +51,8 @@ STATEMENTS = frozenset(
         "claim_stats",
         "horizon_holders",
         "table_health",
+        "jobs_grown",
+        "jobs_analyze",
         "rates_since",
         "rates_totals",
         "rates_trim",

@@ -1256,6 +1256,25 @@ FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
 WHERE s.schemaname = %(schema)s AND s.relname = ANY(%(tables)s::text[])
 ORDER BY s.n_dead_tup DESC, s.relname
 
+-- name: jobs_grown
+-- Whether jobs has grown to four times its size at its last ANALYZE or VACUUM (never:
+-- 0 pages) and past 256 pages (2 MB): plans made on the smaller table may walk it
+-- (store/planner.py). One catalog read and one size syscall.
+SELECT pg_relation_size(c.oid) / current_setting('block_size')::int
+       >= greatest(4 * c.relpages, 256) AS grown
+FROM pg_class c WHERE c.oid = '{jobs}'::regclass
+
+-- name: jobs_analyze
+-- The planner's statistics of jobs gathered anew (every session plans again). Waits at
+-- most 100 ms for its lock (held by a VACUUM or another ANALYZE, which refresh them too)
+-- and otherwise leaves it to the next round.
+DO $$
+BEGIN
+  PERFORM set_config('lock_timeout', '100ms', true);
+  ANALYZE {jobs};
+EXCEPTION WHEN lock_not_available THEN NULL;
+END $$
+
 -- name: rate_log_times
 -- The claims of a queue the rate log holds, oldest first.
 SELECT at FROM {claim_log} WHERE queue = %(queue)s ORDER BY at

@@ -951,6 +951,15 @@ SELECT NULL AS "table", NULL AS live, NULL AS dead, NULL AS bytes, NULL AS vacuu
        NULL AS autovacuum
 WHERE 0
 
+-- name: jobs_grown
+-- SQLite plans without the table's size (no sqlite_stat1 is kept): nothing to refresh
+-- (store/planner.py).
+SELECT 0 AS grown
+
+-- name: jobs_analyze
+-- Never run (jobs_grown is false): gathering statistics would change SQLite's plans.
+SELECT 1
+
 
 -- Rate limits (migration 0010, store/rates.py, docs/flow-control.md "Rate limits").
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from kombu_alkstore.store import NewJob
 from tests.store.conformance.helpers import claim_one
 
 
@@ -97,3 +98,14 @@ def test_queue_expires_drops_the_unused_queue(opener):
     assert store.claim(["gone"], 10) == []
     assert [d.body for d in store.claim(["kept"], 10)] == [b"y"]
     assert store.sweep().queues_dropped == ()
+
+
+def test_refreshing_the_planners_statistics_is_idempotent_and_changes_no_job(store):
+    """The maintenance holder asks each round (store/planner.py): after a burst, once at
+    most, and claims go on as before."""
+    later = time.time() + 3600
+    store.enqueue_many([NewJob("q", b"later", run_at=later) for _ in range(20_000)])
+    now = store.enqueue("q", b"now")
+    store.refresh_statistics()
+    assert store.refresh_statistics() is False
+    assert [d.id for d in store.claim(["q"], 5)] == [now]
