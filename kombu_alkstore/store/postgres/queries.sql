@@ -524,13 +524,12 @@ SELECT count(*) AS size FROM {jobs} WHERE queue = %(queue)s AND state = 'pending
 -- of every pending row (a floor's band is its one priority, from the floor; a job not
 -- yet due is never behind a floor, which is at most the database's time it was learnt).
 -- A throttled queue (rate_wait ahead, migration 0010): its due jobs at rate_wait, a
--- delayed one at its own time (a rate never makes a job early, nor a delayed one late).
-SELECT min(CASE WHEN first.run_at IS NULL OR NOT {throttled} THEN first.run_at
+-- delayed one at its own time (a rate never makes a job early, nor a delayed one late):
+-- "later", each priority's first pending job not yet due, looked for only then (one
+-- seek, as "run_at": not a scan of the queue's delayed jobs).
+SELECT min(CASE WHEN first.run_at IS NULL OR NOT first.throttled THEN first.run_at
                 ELSE least((SELECT lq.rate_wait FROM {queues} lq WHERE lq.name = qn.name),
-                           (SELECT min(j.run_at) FROM {jobs} j
-                            WHERE j.queue = qn.name AND j.state = 'pending'
-                              AND j.run_at > {now}
-                              AND (j.expires_at IS NULL OR j.expires_at > {now})))
+                           first.later)
            END) AS next_due
 FROM unnest(%(queues)s::text[]) AS qn(name)
 JOIN {bands} ON b.queue = qn.name
@@ -546,12 +545,22 @@ CROSS JOIN LATERAL (
             ORDER BY j.priority DESC LIMIT 1)
     FROM prio WHERE prio.p IS NOT NULL AND prio.p > b.lo
   )
-  SELECT (SELECT j.run_at FROM {jobs} j
-          WHERE j.queue = qn.name AND j.priority = prio.p AND j.run_at >= b.run_from
-            AND j.state = 'pending'
-            AND (j.expires_at IS NULL OR j.expires_at > {now})
-          ORDER BY j.run_at LIMIT 1) AS run_at
-  FROM prio WHERE prio.p IS NOT NULL
+  SELECT f.run_at, f.throttled,
+         CASE WHEN f.throttled THEN
+           (SELECT j.run_at FROM {jobs} j
+            WHERE j.queue = qn.name AND j.priority = f.p AND j.run_at > {now}
+              AND j.state = 'pending'
+              AND (j.expires_at IS NULL OR j.expires_at > {now})
+            ORDER BY j.run_at LIMIT 1) END AS later
+  FROM (
+    SELECT prio.p, {throttled} AS throttled,
+           (SELECT j.run_at FROM {jobs} j
+            WHERE j.queue = qn.name AND j.priority = prio.p AND j.run_at >= b.run_from
+              AND j.state = 'pending'
+              AND (j.expires_at IS NULL OR j.expires_at > {now})
+            ORDER BY j.run_at LIMIT 1) AS run_at
+    FROM prio WHERE prio.p IS NOT NULL
+  ) f
 ) first
 WHERE qn.name <> ALL({paused}) AND NOT {full}
 

@@ -454,7 +454,8 @@ SELECT count(*) AS size FROM {jobs} WHERE queue = :queue AND state = 'pending'
 -- min(run_at) of the pending jobs, by a loose index scan of the claim index: one
 -- seek per priority present in each queue, not a scan of every pending row. A throttled
 -- queue (rate_wait ahead, migration 0010): its due jobs at rate_wait, a delayed one at
--- its own time (a rate never makes a job early, nor a delayed one late).
+-- its own time (a rate never makes a job early, nor a delayed one late): "later", each
+-- priority's first pending job not yet due, looked for only then (one seek each).
 WITH RECURSIVE prio(queue, p) AS (
   SELECT qn.value, (SELECT priority FROM {jobs} WHERE queue = qn.value
                     ORDER BY priority DESC LIMIT 1)
@@ -466,16 +467,19 @@ WITH RECURSIVE prio(queue, p) AS (
   FROM prio WHERE prio.p IS NOT NULL
 )
 SELECT min(CASE WHEN f.run_at IS NULL OR NOT COALESCE(w.rate_wait > :now, 0) THEN f.run_at
-                ELSE COALESCE(min(w.rate_wait, (
-                  SELECT min(j.run_at) FROM {jobs} j
-                  WHERE j.queue = f.queue AND j.state = 'pending' AND j.run_at > :now
-                    AND (j.expires_at IS NULL OR j.expires_at > :now))), w.rate_wait)
+                ELSE COALESCE(min(w.rate_wait, f.later), w.rate_wait)
            END) AS next_at
 FROM (
   SELECT prio.queue, min((SELECT j.run_at FROM {jobs} j
               WHERE j.queue = prio.queue AND j.priority = prio.p AND j.state = 'pending'
                 AND (j.expires_at IS NULL OR j.expires_at > :now)
-              ORDER BY j.run_at LIMIT 1)) AS run_at
+              ORDER BY j.run_at LIMIT 1)) AS run_at,
+         min(CASE WHEN EXISTS (SELECT 1 FROM {queues} t
+                               WHERE t.name = prio.queue AND t.rate_wait > :now) THEN (
+               SELECT j.run_at FROM {jobs} j
+               WHERE j.queue = prio.queue AND j.priority = prio.p AND j.state = 'pending'
+                 AND j.run_at > :now AND (j.expires_at IS NULL OR j.expires_at > :now)
+               ORDER BY j.run_at LIMIT 1) END) AS later
   FROM prio WHERE prio.p IS NOT NULL GROUP BY prio.queue
 ) f LEFT JOIN {queues} w ON w.name = f.queue
 
