@@ -23,6 +23,7 @@ from kombu.asynchronous import Hub
 
 import kombu_alkstore  # noqa: F401
 from kombu_alkstore.compat.celery import release_event_loop
+from kombu_alkstore.store import NewJob
 
 if TYPE_CHECKING:
     from tests.conftest import Target
@@ -411,3 +412,20 @@ def blocks_read(
     finally:
         conn.rollback()
     return int(after) - int(before)
+
+
+def throttle(store, queue: str = "q") -> None:
+    """``queue`` with four due jobs at priorities 0 and 1 and a rate of one an hour,
+    which its first claim has used up: no claim takes anything for an hour."""
+    store.set_rate(queue, "1/h")
+    store.enqueue_many([NewJob(queue, b"{}", priority=n % 2) for n in range(4)])
+    assert len(store.claim([queue], 10)) == 1
+    assert store.claim([queue], 10) == []
+
+
+def delay(store, queue: str, first: float, count: int) -> None:
+    """``count`` jobs of ``queue`` at priorities 0 and 1, the first due at ``first``
+    (epoch seconds), each a second after the one before."""
+    store.enqueue_many(
+        [NewJob(queue, b"{}", priority=n % 2, run_at=first + n) for n in range(count)]
+    )

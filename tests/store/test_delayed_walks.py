@@ -17,20 +17,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from kombu_alkstore.store import NewJob
-from tests.helpers import blocks_read
+from tests.helpers import blocks_read, delay, throttle
 
 DELAYED = 20_000
-
-
-def delayed(store: Any, queue: str, ahead: float, count: int = DELAYED) -> float:
-    """``count`` jobs of ``queue``, at two priorities, the first due ``ahead`` seconds
-    from now (returned: its run_at), one a second after it."""
-    later = store.now() + ahead
-    store.enqueue_many(
-        [NewJob(queue, b"{}", priority=n % 2, run_at=later + n) for n in range(count)]
-    )
-    return later
 
 
 def read(store: Any, url: str, key: str, params: dict[str, Any]) -> int:
@@ -45,14 +34,12 @@ def test_the_next_due_time_of_a_throttled_queue_reads_as_much_beside_20000_delay
     """next_due of a queue its rate throttles looks for each priority's first job not
     yet due by one seek; before, it read the minimum run_at of every delayed job."""
     with pg_target.open() as store:
-        store.set_rate("q", "1/h")
-        store.enqueue_many([NewJob("q", b"{}", priority=n % 2) for n in range(4)])
-        assert len(store.claim(["q"], 10)) == 1
-        assert store.claim(["q"], 10) == []  # throttled until the hour is over
+        throttle(store)
         params = store.probe_params(["q"])
-        delayed(store, "q", ahead=2000, count=2)  # one of each priority
+        first = store.now() + 1800  # before the rate's wait is over
+        delay(store, "q", first + 200, 2)  # one of each priority
         few = read(store, pg_target.url, "next_due", params)
-        first = delayed(store, "q", ahead=1800)  # before the rate's wait
+        delay(store, "q", first, DELAYED)
         many = read(store, pg_target.url, "next_due", params)
         assert many <= few + 10, (few, many)
         assert store.next_due(["q"]) == pytest.approx(first)

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from kombu_alkstore.store import NewJob
-from tests.helpers import sqlite_steps
+from tests.helpers import delay, sqlite_steps, throttle
 
 
 def test_a_limited_sqlite_claim_runs_as_many_steps_with_20000_due_as_with_1000(sqlite_target):
@@ -92,18 +92,11 @@ def test_the_next_due_time_of_a_throttled_sqlite_queue_runs_as_many_steps_beside
     """next_due of a queue its rate throttles looks for each priority's first job not
     yet due by one seek; before, it read the minimum run_at of every delayed job."""
     with sqlite_target.open() as store:
-        store.set_rate("q", "1/h")
-        store.enqueue_many([NewJob("q", b"{}", priority=n % 2) for n in range(4)])
-        assert len(store.claim(["q"], 10)) == 1
-        assert store.claim(["q"], 10) == []  # throttled until the hour is over
+        throttle(store)
         first = time.time() + 1800  # before the rate's wait is over
-        store.enqueue_many(  # one of each priority
-            [NewJob("q", b"{}", priority=n, run_at=first + 200 + n) for n in range(2)]
-        )
+        delay(store, "q", first + 200, 2)  # one of each priority
         few = sqlite_steps(store, ("next_due",))
-        store.enqueue_many(
-            [NewJob("q", b"{}", priority=n % 2, run_at=first + n) for n in range(20_000)]
-        )
+        delay(store, "q", first, 20_000)
         many = sqlite_steps(store, ("next_due",))
         assert many <= few + 50, (few, many)
         assert store.next_due(["q"]) == pytest.approx(first)
