@@ -56,9 +56,9 @@ class Maintenance:
         """The jobs, blocking, for a caller that holds the lease (an event loop took it on
         its claims connection and left the round, which may be slow, to a pooled one)."""
         done = report(store.maintain_until_done(self.ttl / 2))
-        if store.refresh_statistics():
-            logger.info("alkstore maintenance: planner statistics of jobs gathered anew")
         self._expire_results(store)
+        if store.refresh_statistics():  # last: an ANALYZE that fails holds up nothing
+            logger.info("alkstore maintenance: planner statistics of jobs gathered anew")
         return done
 
     def _expire_results(self, store: Store) -> None:

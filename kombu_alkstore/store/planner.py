@@ -5,7 +5,7 @@ once, generically, and keeps that plan until the table's statistics change. A wo
 prepares its statements when it starts, often on an empty ``jobs``; a burst of jobs
 later, with autovacuum off or not yet round to the table, a plan that chose a wrong
 index on the small table walks every job of a queue. A concurrency-limited claim
-counted its queue's claims through the claim index, 25 ms a claim beside 25,000
+counted its queue's claims through the claim index: 13 ms a claim beside 100,000
 delayed jobs instead of 0.8 (docs/benchmarks.md, "Plans made on an empty jobs table").
 Statistics gathered anew make every session plan again, on the table as it is.
 On an engine that plans without the table's size (SQLite) there is nothing to do.
