@@ -22,13 +22,15 @@ import statistics
 import time
 import uuid
 
+import psycopg
+
+from kombu_alkstore.store import NewJob, open_store
+
 URL = os.environ.get("ALKSTORE_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 def claims(store, queue: str, n: int) -> float:
     """Median milliseconds of ``n`` claims of one job of ``queue`` (each acked)."""
-    from kombu_alkstore.store import NewJob
-
     store.enqueue_many([NewJob(queue, b"{}") for _ in range(n)])
     took = []
     for _ in range(n):
@@ -41,10 +43,6 @@ def claims(store, queue: str, n: int) -> float:
 
 def measure(delayed: int, n: int) -> dict[str, float]:
     """One round's medians, by queue and phase."""
-    import psycopg
-
-    from kombu_alkstore.store import NewJob, open_store
-
     schema = "sp_" + uuid.uuid4().hex[:10]
     store = open_store(URL, schema=schema, pool_max_size=1)
     out: dict[str, float] = {}
