@@ -1,6 +1,8 @@
 """Maintenance: the store's named jobs (expire, lapsed, retention, dead offers, expired
 queues), run by one worker at a time under a lease (see :mod:`.runner`)."""
 
+from .rotator import Rotator
 from .runner import LEASE, Maintenance
 
-__all__ = ["LEASE", "Maintenance"]
+
+__all__ = ["LEASE", "Maintenance", "Rotator"]

@@ -41,16 +41,30 @@ class Maintenance:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         #: This owner took the lease at least once (only then is there one to release).
         self.held = False
+        #: Until when (monotonic clock) the lease it last took or renewed lasts.
+        self._holds_until = 0.0
         #: When the holder next deletes expired results (monotonic clock).
         self._results_due = 0.0
 
     def run(self, store: Store) -> list[MaintenanceResult] | None:
         """One round, blocking: the jobs' results, or None when another worker holds the
         lease."""
+        asked = time.monotonic()
         if not store.lease_acquire(LEASE, self.owner, self.ttl):
             return None
-        self.held = True
+        self.took(asked)
         return self.round(store)
+
+    def took(self, asked: float) -> None:
+        """The lease was taken or renewed by a request sent at ``asked`` (monotonic)."""
+        self.held = True
+        self._holds_until = asked + self.ttl
+
+    @property
+    def holds(self) -> bool:
+        """This owner holds the lease now, as far as it knows (it took or renewed it
+        less than its time to live ago, measured from when it asked)."""
+        return time.monotonic() < self._holds_until
 
     def round(self, store: Store) -> list[MaintenanceResult]:
         """The jobs, blocking, for a caller that holds the lease (an event loop took it on
@@ -83,6 +97,7 @@ class Maintenance:
         A connection that never took it (a producer's) sends nothing."""
         if self.held:
             self.held = False
+            self._holds_until = 0.0
             store.lease_release(LEASE, self.owner)
 
 

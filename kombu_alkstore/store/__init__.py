@@ -14,6 +14,7 @@ from .acts import Act, ActFilter, Actor
 from .ambient import AMBIENT, bound_connection, unbound
 from .claims import ClaimSession
 from .engines import engines
+from .generations import ROTATION_CAP, Rotation
 from .interface import Store
 from .options import StoreOptions, StoreURL, parse_store_url
 from .schedules import ScheduleRow
@@ -42,6 +43,8 @@ __all__ = [
     "MaintenanceResult",
     "NewJob",
     "QueueCounts",
+    "ROTATION_CAP",
+    "Rotation",
     "ScheduleRow",
     "Store",
     "StoreOptions",

@@ -29,6 +29,7 @@ from .backoff import retry_wait
 from .checks import check_lease_ttl, check_queue_args, is_number
 from .claims import ClaimSession
 from .fair import FairStatements
+from .generations import GenerationRotation
 from .health import HealthReads
 from .limits import LimitStatements, limit_key_of
 from .options import StoreOptions, StoreURL, validate_name
@@ -61,6 +62,7 @@ class Store(
     DashboardReads,
     HealthReads,
     PlannerStats,
+    GenerationRotation,
     LimitStatements,
     RateStatements,
     FairStatements,

@@ -53,6 +53,7 @@ STATEMENTS = frozenset(
         "table_health",
         "jobs_grown",
         "jobs_analyze",
+        "rotate_generation",
         "rates_since",
         "rates_totals",
         "rates_trim",

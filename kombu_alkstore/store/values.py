@@ -53,6 +53,9 @@ class Capabilities:
     #: committed state (:meth:`Store.detached`). SQLite cannot: the caller holds the only
     #: write lock, so there they join the caller's transaction.
     declare_outside_transaction: bool = False
+    #: ``jobs`` is kept in generations that the maintenance lease holder rotates
+    #: (:meth:`Store.rotate_generation`), so dead row versions stay bounded.
+    generations: bool = False
 
 
 @dataclass(frozen=True, slots=True)

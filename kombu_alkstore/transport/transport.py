@@ -17,8 +17,16 @@ from typing import Any
 from kombu.transport import virtual
 
 from ..errors import ConfigurationError
-from ..maintenance import LEASE, Maintenance
-from ..store import Store, StoreURL, Waiter, acquire_store, connection_errors, release_store
+from ..maintenance import LEASE, Maintenance, Rotator
+from ..store import (
+    Rotation,
+    Store,
+    StoreURL,
+    Waiter,
+    acquire_store,
+    connection_errors,
+    release_store,
+)
 from ..store.options import parse_store_url
 from ..tables.router import route_tables, unwrap
 from .ackbuffer import AckBuffer
@@ -108,6 +116,8 @@ class Transport(virtual.Transport):
         self.heartbeats = Heartbeater(self.link, self.held, self.acks, self.heartbeat_interval)
         #: Queue refreshes and maintenance rounds, from their own thread (housekeeping.py).
         self.housekeeper = Housekeeper(self.sweep, self.options.sweep_interval)
+        #: The lease holder's rotation of jobs' generations (maintenance/rotator.py).
+        self.rotator = Rotator(self._rotate, self.options.sweep_interval)
         #: When the event loop last refreshed and took the lease on the claims connection.
         self._loop_swept = 0.0
         #: The loop took the lease: the housekeeping thread runs the round.
@@ -164,6 +174,7 @@ class Transport(virtual.Transport):
         super().close_connection(connection)
         self.heartbeats.stop()
         self.housekeeper.stop()
+        self.rotator.stop()
         if self.waiter is not None:
             with contextlib.suppress(Exception):  # already broken: nothing to release
                 self.link.hand_back([d for _, d in self.waiter.retire()])
@@ -187,6 +198,7 @@ class Transport(virtual.Transport):
         self._cancel_timers()
         self.heartbeats.stop()
         self.housekeeper.stop()
+        self.rotator.stop()
         for channel in list(self.channels):
             channel.do_restore = False
         if self.waiter is not None:
@@ -331,6 +343,7 @@ class Transport(virtual.Transport):
             return
         if self._round_due:
             self._round_due = False
+            self._start_rotation(store)
             self.maintenance.round(store)
             return
         if self.claims is not None and (
@@ -340,7 +353,21 @@ class Transport(virtual.Transport):
         names = sorted(self.scheduler.active_queues())
         self._refreshed(store, names, store.touch_queues(names))
         store.measure_clock()  # this host's clock may drift from the database's
-        self.maintenance.run(store)
+        if self.maintenance.run(store) is not None:
+            self._start_rotation(store)
+
+    def _start_rotation(self, store: Store) -> None:
+        """The lease holder rotates jobs' generations where the engine keeps them."""
+        if store.capabilities.generations:
+            self.rotator.ensure_started()
+
+    def _rotate(self) -> Rotation | None:
+        """One rotation, from the rotation thread, while this transport holds the lease
+        (None otherwise: another worker's holder rotates)."""
+        store = self.store
+        if store is None or self.lost or store.closed or not self.maintenance.holds:
+            return None
+        return store.rotate_generation()
 
     def _loop_sweep(self) -> None:
         """The event loop's sweep, on the claims connection, answered later: refresh its
@@ -354,7 +381,9 @@ class Transport(virtual.Transport):
         if names:
             claims.touch_queues(names, functools.partial(self._touched, names))
         m = self.maintenance
-        claims.lease_acquire(LEASE, m.owner, m.ttl, self._lease_answered)
+        claims.lease_acquire(
+            LEASE, m.owner, m.ttl, functools.partial(self._lease_answered, time.monotonic())
+        )
 
     def _touched(self, names: list[str], touched: set[str] | BaseException) -> None:
         if self.link.usable(touched) and self.store is not None:
@@ -367,9 +396,9 @@ class Transport(virtual.Transport):
         if gone and self.declarations.declare_again(store, gone):
             self.routing.invalidate()
 
-    def _lease_answered(self, held: bool | BaseException) -> None:
+    def _lease_answered(self, asked: float, held: bool | BaseException) -> None:
         if self.link.usable(held) and held:
-            self.maintenance.held = True
+            self.maintenance.took(asked)
             self._round_due = True
             self.housekeeper.wake()
 

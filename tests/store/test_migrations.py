@@ -52,6 +52,7 @@ OLD = {
         ("v13", 13),
         ("v14", 14),
         ("v15", 15),
+        ("v16", 16),
     ],
     "sqlite": [
         ("v1", 1),
@@ -69,10 +70,11 @@ OLD = {
         ("v13", 13),
         ("v14", 14),
         ("v15", 15),
+        ("v16", 16),
     ],
 }
 #: The fixture of the current version: what a fresh install must equal.
-CURRENT = "v16"
+CURRENT = "v17"
 CASES = [(engine, name, version) for engine, olds in OLD.items() for name, version in olds]
 IDS = [f"{engine}-{name}" for engine, name, _ in CASES]
 
@@ -307,17 +309,17 @@ def assert_rows_kept(place: Place, schema: str, path: Path | None) -> None:
 
 # -------------------------------------------------------------------------------- tests
 def test_latest_is_the_schema_version_on_every_engine():
-    assert LATEST == {"postgresql": 16, "sqlite": 16}
-    assert SCHEMA_VERSION == 16
+    assert LATEST == {"postgresql": 17, "sqlite": 17}
+    assert SCHEMA_VERSION == 17
     for engine in ENGINE_PACKAGES:
         found = migrations("alk", engine)
-        assert [m.version for m in found.migrations] == list(range(1, 17))
+        assert [m.version for m in found.migrations] == list(range(1, 18))
         assert found.pending(None) == list(found.migrations)
-        assert [m.version for m in found.pending(1)] == list(range(2, 17))
-        assert [m.version for m in found.pending(7)] == [8, 9, 10, 11, 12, 13, 14, 15, 16]
-        assert [m.version for m in found.pending(9)] == [10, 11, 12, 13, 14, 15, 16]
-        assert [m.version for m in found.pending(11)] == [12, 13, 14, 15, 16]
-        assert found.pending(16) == [] and found.pending(17) == []
+        assert [m.version for m in found.pending(1)] == list(range(2, 18))
+        assert [m.version for m in found.pending(7)] == [8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
+        assert [m.version for m in found.pending(9)] == [10, 11, 12, 13, 14, 15, 16, 17]
+        assert [m.version for m in found.pending(11)] == [12, 13, 14, 15, 16, 17]
+        assert found.pending(17) == [] and found.pending(18) == []
 
 
 @pytest.mark.parametrize(("engine", "name", "version"), CASES, ids=IDS)
@@ -351,7 +353,7 @@ def test_fresh_install_is_the_current_layout_and_idempotent(engine, tmp_path):
         place.run(schema, path, old_script(CURRENT, engine, schema))
         assert place.layout(schema, path) == fresh
         schema, path = place.new()
-        assert place.migrate(schema, path) == list(range(1, 17))
+        assert place.migrate(schema, path) == list(range(1, 18))
         assert place.migrate(schema, path) == []
         assert place.version(schema, path) == SCHEMA_VERSION
         assert place.query(
@@ -405,7 +407,7 @@ def test_sqlite_printed_script_on_a_fresh_file_and_on_older_files(tmp_path):
     columns to queues (rate_limits, rate_wait; fair_shares, fair_pass, fair_vtime),
     which only the migrations add. A version-10 to 13 file stops at the numbering of
     claim_log's rows (version 14's columns n and kn), its version kept. A version-14
-    or 15 file is complete after it (versions 15 and 16 change nothing on SQLite)."""
+    to 16 file is complete after it (versions 15 to 17 change nothing on SQLite)."""
     place = Place("sqlite", tmp_path)
     fresh = place.fresh()
     schema, path = place.new()
@@ -420,7 +422,7 @@ def test_sqlite_printed_script_on_a_fresh_file_and_on_older_files(tmp_path):
         place.run(schema, path, old_script(name, "sqlite", schema))
         insert_rows(place, schema, path)
         if version >= 14:
-            # A version-14 file has every column: versions 15 and 16 change nothing on SQLite,
+            # A version-14 file has every column: versions 15 to 17 change nothing on SQLite,
             # so the script completes it and stamps it.
             place.run(schema, path, ddl_script(schema, "sqlite"))
             after = SCHEMA_VERSION

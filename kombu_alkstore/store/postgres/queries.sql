@@ -1254,24 +1254,42 @@ LIMIT %(limit)s
 
 -- name: table_health
 -- The store's tables: the server's live and dead row estimates, size, last vacuum, and
--- whether autovacuum runs on them (the server's setting and the table's own).
-SELECT s.relname::text AS "table", s.n_live_tup::bigint AS live, s.n_dead_tup::bigint AS dead,
-       pg_total_relation_size(s.relid)::bigint AS bytes,
-       extract(epoch FROM GREATEST(s.last_vacuum, s.last_autovacuum))::float8 AS vacuumed_at,
-       (current_setting('autovacuum')::boolean AND COALESCE(
+-- whether autovacuum runs on them (the server's setting and the table's own). A table
+-- split into parts (jobs' generations) is the sum of its parts, its last vacuum the
+-- oldest of theirs, and autovacuum on only if it is on every part.
+SELECT p.relname::text AS "table", sum(s.n_live_tup)::bigint AS live,
+       sum(s.n_dead_tup)::bigint AS dead,
+       sum(pg_total_relation_size(s.relid))::bigint AS bytes,
+       extract(epoch FROM min(GREATEST(s.last_vacuum, s.last_autovacuum)))::float8
+         AS vacuumed_at,
+       bool_and(current_setting('autovacuum')::boolean AND COALESCE(
           (SELECT o.option_value FROM pg_options_to_table(c.reloptions) o
            WHERE o.option_name = 'autovacuum_enabled'), 'on')::boolean) AS autovacuum
-FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
-WHERE s.schemaname = %(schema)s AND s.relname = ANY(%(tables)s::text[])
-ORDER BY s.n_dead_tup DESC, s.relname
+FROM pg_class p
+CROSS JOIN LATERAL pg_partition_tree(p.oid) t
+JOIN pg_class c ON c.oid = t.relid
+JOIN pg_stat_user_tables s ON s.relid = t.relid
+WHERE p.relnamespace = to_regnamespace(quote_ident(%(schema)s))
+  AND p.relname = ANY(%(tables)s::text[]) AND p.relkind IN ('r', 'p') AND t.isleaf
+GROUP BY p.relname
+ORDER BY dead DESC, p.relname
 
 -- name: jobs_grown
--- Whether jobs has grown to four times its size at its last ANALYZE or VACUUM (never:
--- 0 pages) and past 256 pages (2 MB): plans made on the smaller table may walk it
--- (store/planner.py). One catalog read and one size syscall.
-SELECT pg_relation_size(c.oid) / current_setting('block_size')::int
-       >= greatest(4 * c.relpages, 256) AS grown
-FROM pg_class c WHERE c.oid = '{jobs}'::regclass
+-- Whether a generation of jobs has grown to four times its size at its last ANALYZE or
+-- VACUUM and past 256 pages (2 MB): plans made on the smaller table may walk it
+-- (store/planner.py). A generation a rotation truncated since (reltuples -1) is planned
+-- from its file's size, as one never analyzed is. One catalog read, one size syscall a
+-- generation.
+SELECT COALESCE(bool_or(c.reltuples >= 0 AND pg_relation_size(c.oid)
+                        / current_setting('block_size')::int
+                        >= greatest(4 * c.relpages, 256)), false) AS grown
+FROM pg_partition_tree('{jobs}'::regclass) t JOIN pg_class c ON c.oid = t.relid
+WHERE t.isleaf
+
+-- name: rotate_generation
+-- One rotation of jobs' generations (migration 0017; store/generations.py): what it did
+-- and how many live rows it copied forward.
+SELECT outcome, moved FROM {rotate_generation}(%(cap)s::int)
 
 -- name: jobs_analyze
 -- The planner's statistics of jobs gathered anew (every session plans again). Waits at

@@ -72,6 +72,7 @@ class PostgresStore(Store):
         session=True,
         pipelined_publish=True,
         declare_outside_transaction=True,
+        generations=True,
     )
     connection_errors = (
         StoreUnavailable,
@@ -86,10 +87,17 @@ class PostgresStore(Store):
         self._pid = os.getpid()
         #: Its statements, their parameters and rows (shared with the claim session,
         #: the waiter and the result tables).
-        # The schema's functions: migration 0013's for limited queues, 0016's writes by id.
+        # The schema's functions: migration 0013's for limited queues, 0016's writes by
+        # id, 0017's rotation of jobs' generations.
         functions = {
             f: f'"{options.schema}".{f}'
-            for f in ("limited_picks", "log_claim", "delete_rows", "claim_rows")
+            for f in (
+                "limited_picks",
+                "log_claim",
+                "delete_rows",
+                "claim_rows",
+                "rotate_generation",
+            )
         }
         self.statements = PostgresStatements({**self.names, **functions}, options.schema)
         #: The store's NOTIFY channel (bound to every statement as ``%(channel)s``).

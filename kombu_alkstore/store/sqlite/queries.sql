@@ -964,6 +964,10 @@ SELECT 0 AS grown
 -- Never run (jobs_grown is false): gathering statistics would change SQLite's plans.
 SELECT 1
 
+-- name: rotate_generation
+-- SQLite's jobs is one table: a deleted row's space is free at once (store/generations.py).
+SELECT 'off' AS outcome, 0 AS moved
+
 
 -- Rate limits (migration 0010, store/rates.py, docs/flow-control.md "Rate limits").
 

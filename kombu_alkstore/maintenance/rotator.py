@@ -1,0 +1,60 @@
+"""The rotation of ``jobs``' generations, from a thread of the maintenance lease holder.
+
+A rotation must come about once a second (each generation is the oldest, the one it
+empties, for two seconds), far more often than the maintenance round (``sweep_interval``,
+up to a minute), so it has a thread of its own, started by the holder's first round. It
+rotates only while this transport holds the lease; when a rotation finds every
+generation empty (an idle store) it waits twice as long each time, up to the round's
+interval, so an idle holder sends one statement a minute for it; the first rotation
+after traffic resumes empties a generation again. A rotation that fails is logged and
+the next one runs on schedule (store/generations.py: nothing is lost either way).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+
+from ..store import Rotation
+from ..worker_thread import WorkerThread
+
+logger = logging.getLogger("kombu_alkstore")
+
+#: Seconds between two rotations while the store has rows (half a generation's period).
+ROTATION_INTERVAL = 1.0
+
+
+class Rotator(WorkerThread):
+    """Calls ``rotate()`` every :data:`ROTATION_INTERVAL` seconds, backing off to
+    ``longest`` while it returns an idle rotation, or None (the lease is not held)."""
+
+    name = "alkstore-rotation"
+
+    def __init__(self, rotate: Callable[[], Rotation | None], longest: float) -> None:
+        super().__init__()
+        # Weakly, as the housekeeping thread holds its sweep: a transport nobody closed
+        # is collected, and the thread ends with it.
+        self._rotate = weakref.WeakMethod(rotate)
+        self._longest = max(longest, ROTATION_INTERVAL)
+
+    def _run(self, stop: threading.Event) -> None:
+        wait = ROTATION_INTERVAL
+        while not stop.wait(wait):
+            rotate = self._rotate()
+            if rotate is None:
+                return
+            try:
+                done = rotate()
+            except Exception as exc:
+                self._failed("rotation of jobs' generations", exc, f"the next in {wait} s")
+                continue
+            finally:
+                del rotate
+            if done is None or done.idle:
+                wait = min(wait * 2, self._longest)
+            else:
+                wait = ROTATION_INTERVAL
+                if done.outcome == "rotated":
+                    logger.debug("alkstore: generation rotated, %d live rows moved", done.moved)

@@ -1,0 +1,55 @@
+"""Rotation of ``jobs``' generations, run by the maintenance lease holder.
+
+Behind a pinned xmin horizon (an idle transaction, a long report) VACUUM removes no
+dead row version, and every task leaves about two in ``jobs``. Where the engine keeps
+``jobs`` in generations (PostgreSQL since schema version 17: four, a row's generation
+the server's clock in two-second periods), a rotation empties the oldest one with a
+TRUNCATE, which frees its dead rows whatever the horizon: its live rows are copied
+forward first, with their ids, in the same transaction, so nothing is lost and no
+claim, ack or heartbeat by id notices. The dead rows are then bounded by about eight
+seconds of traffic (docs/architecture.md, "Dead rows behind a pinned horizon").
+An engine that keeps no old row versions for readers (SQLite) has nothing to rotate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .statements import Statements
+
+#: A generation holding more live rows than this (a backlog, delayed jobs) is not
+#: rotated: copying them forward every rotation would cost more than the dead rows it
+#: frees, and holds the generation's lock, which claims wait for, meanwhile.
+ROTATION_CAP = 2_000
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """What one rotation did. ``outcome``: ``rotated`` (the oldest generation emptied,
+    ``moved`` live rows copied forward), ``empty`` (it was empty already), ``idle``
+    (every generation is), ``busy`` (its lock was not had at once: a transaction holds
+    it), ``kept`` (over :data:`ROTATION_CAP` live rows) or ``off`` (the engine keeps no
+    generations)."""
+
+    outcome: str
+    moved: int
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to rotate now nor soon: no generation holds a row, or no generations."""
+        return self.outcome in ("idle", "off")
+
+
+class GenerationRotation(Statements):
+    """:meth:`rotate_generation`, a part of :class:`~.interface.Store`."""
+
+    def rotate_generation(self, cap: int = ROTATION_CAP) -> Rotation:
+        """Empty the oldest generation of ``jobs`` if it can be locked at once and holds
+        at most ``cap`` live rows, copying them into the current one first (one
+        transaction; nothing is lost whatever it returns). Safe to call from any number
+        of processes: each call rotates at most the one generation the clock names."""
+        if not cap >= 0:
+            raise ValueError(f"cap must be a number of rows >= 0, not {cap!r}")
+        row = self._one("rotate_generation", {"cap": int(cap)})
+        assert row is not None
+        return Rotation(str(row["outcome"]), int(row["moved"]))
