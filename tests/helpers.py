@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -359,12 +360,31 @@ def explained_plan(
 
 def scans_buffers(plan: dict, relation: str) -> int:
     """Shared buffers (hit + read) of the scan nodes of ``relation`` in an ``EXPLAIN
-    (ANALYZE, BUFFERS, FORMAT JSON)`` plan (its indexes' included)."""
+    (ANALYZE, BUFFERS, FORMAT JSON)`` plan (its indexes' included; for jobs, its
+    generations' jobs_g0…jobs_g3, migration 0017)."""
     return sum(
         int(n["Shared Hit Blocks"]) + int(n["Shared Read Blocks"])
         for n in plan_nodes(plan)
-        if n.get("Relation Name") == relation and "Scan" in n["Node Type"]
+        if scans(n, relation)
     )
+
+
+def scans(node: dict, relation: str) -> bool:
+    """Whether a plan node scans ``relation`` or one of its parts (jobs' generations,
+    jobs_g0…jobs_g3, migration 0017)."""
+    name = node.get("Relation Name", "")
+    return "Scan" in node["Node Type"] and re.fullmatch(rf"{re.escape(relation)}(_g\d)?", name)
+
+
+def index_parts(conn: psycopg.Connection, index: str) -> set[str]:
+    """The names of ``index`` (as written in SQL) and of its parts on each part of its
+    table (jobs' generations)."""
+    rows = conn.execute(
+        "SELECT c.relname FROM pg_partition_tree(%s::regclass) t "
+        "JOIN pg_class c ON c.oid = t.relid",
+        (index,),
+    ).fetchall()
+    return {name for (name,) in rows}
 
 
 def sqlite_steps(store, names: Sequence[str], **params: Any) -> int:
@@ -396,14 +416,17 @@ def sqlite_steps(store, names: Sequence[str], **params: Any) -> int:
 def blocks_read(
     conn: psycopg.Connection, table: str, sql: str, params: dict[str, Any] | Sequence[Any]
 ) -> int:
-    """Blocks (hit + read) ``sql`` reads from ``table`` (as written in SQL) and its
-    indexes, run on ``conn`` in a transaction rolled back: the backend's own counts
-    before and after it, in that transaction (a backend's counts reach the shared
-    statistics only between transactions)."""
+    """Blocks (hit + read) ``sql`` reads from ``table`` (as written in SQL; a table in
+    parts, as jobs' generations, with every part) and its indexes, run on ``conn`` in a
+    transaction rolled back: the backend's own counts before and after it, in that
+    transaction (a backend's counts reach the shared statistics only between
+    transactions)."""
     count = (
+        "WITH parts AS (SELECT relid FROM pg_partition_tree(%(t)s::regclass) "
+        "UNION SELECT %(t)s::regclass) "
         "SELECT sum(pg_stat_get_xact_blocks_fetched(c.oid)) FROM pg_class c "
-        "WHERE c.oid = %(t)s::regclass "
-        "OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = %(t)s::regclass)"
+        "WHERE c.oid IN (SELECT relid FROM parts) "
+        "OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid IN (SELECT relid FROM parts))"
     )
     try:
         (before,) = conn.execute(count, {"t": table}).fetchone()
@@ -429,3 +452,28 @@ def delay(store, queue: str, first: float, count: int) -> None:
     store.enqueue_many(
         [NewJob(queue, b"{}", priority=n % 2, run_at=first + n) for n in range(count)]
     )
+
+
+def table_pages(conn: psycopg.Connection, table: str) -> int:
+    """The pages of ``table``'s heap (as written in SQL), its parts' summed (jobs'
+    generations)."""
+    (pages,) = conn.execute(
+        "SELECT sum(pg_relation_size(relid)) / current_setting('block_size')::int "
+        "FROM (SELECT relid FROM pg_partition_tree(%s::regclass) UNION SELECT %s::regclass) t",
+        (table, table),
+    ).fetchone()
+    return int(pages)
+
+
+def vacuum_analyze(conn: psycopg.Connection, table: str) -> None:
+    """``VACUUM ANALYZE`` of ``table``'s parts holding pages (jobs' generations), as the
+    maintenance holder's statistics refresh analyzes them: a generation analyzed empty
+    is planned as empty (a sequential scan) until a rotation truncates it, which these
+    tests, rotating nothing, would never see."""
+    parts = conn.execute(
+        "SELECT relid::regclass::text FROM pg_partition_tree(%s::regclass) "
+        "WHERE isleaf AND pg_relation_size(relid) > 0",
+        (table,),
+    ).fetchall()
+    for (part,) in parts:
+        conn.execute(f"VACUUM ANALYZE {part}")

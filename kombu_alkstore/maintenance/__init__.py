@@ -4,5 +4,4 @@ queues), run by one worker at a time under a lease (see :mod:`.runner`)."""
 from .rotator import Rotator
 from .runner import LEASE, Maintenance
 
-
 __all__ = ["LEASE", "Maintenance", "Rotator"]

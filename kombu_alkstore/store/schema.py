@@ -35,7 +35,9 @@ from .options import validate_identifier
 #: 15: unique_keys, the keys of unique jobs in a table of their own kept by triggers on
 #: jobs (PostgreSQL; on SQLite the table is not made: jobs_unique holds the keys there);
 #: 16: a claim's and an ack's writes by id in functions planned without sequential
-#: scans (PostgreSQL: delete_rows, claim_rows).
+#: scans (PostgreSQL: delete_rows, claim_rows); 17: jobs in four generations by the
+#: server's clock, one emptied in turn by rotate_generation (PostgreSQL; jobs_unique
+#: goes, store/generations.py).
 SCHEMA_VERSION = max(LATEST.values())
 if set(LATEST.values()) != {SCHEMA_VERSION}:  # a packaging defect
     raise RuntimeError(f"the engines' migrations end at different versions: {LATEST}")

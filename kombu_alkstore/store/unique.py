@@ -1,8 +1,10 @@
 """Unique keys of jobs: what a key may be and which states of its job hold it.
 
 A job published with a unique key holds that key in its queue while it is live in the
-states it counts (see docs/flow-control.md). The partial unique index ``jobs_unique``
-(migration 0006) enforces it: one row per ``(queue, unique_key)`` where the key is set.
+states it counts (see docs/flow-control.md). The database enforces it: one key per
+``(queue, unique_key)``, in the partial unique index ``jobs_unique`` (migration 0006;
+SQLite) or the table ``unique_keys`` kept by triggers on ``jobs`` (PostgreSQL since
+migration 0015, whose ``jobs`` is split into generations since 0017).
 Every live job state is one of:
 
 * ``pending``: due, waiting for a worker;

@@ -25,7 +25,14 @@ from kombu_alkstore.store.ambient import bound_connection
 from kombu_alkstore.store.postgres.floors import ClaimFloors
 from kombu_alkstore.store.postgres.lookbehind import look_behind
 from kombu_alkstore.store.postgres.statements import claim_key
-from tests.helpers import explained_plan, plan_nodes, scans_buffers
+from tests.helpers import (
+    explained_plan,
+    index_parts,
+    plan_nodes,
+    scans,
+    scans_buffers,
+    vacuum_analyze,
+)
 
 BODY = b'{"body": "floor"}'
 
@@ -37,8 +44,9 @@ def scan_buffers(conn: psycopg.Connection, store, queue: str) -> int:
     params = store._params(store.claim_params([queue], 1))
     plan = explained_plan(conn, sql, params)
     (due,) = [n for n in plan_nodes(plan) if n.get("Subplan Name") == "CTE due"]
-    scans = [n for n in plan_nodes(due) if n.get("Relation Name") == "jobs"]
-    assert scans and all(n.get("Index Name") == "jobs_claim" for n in scans), scans
+    found = [n for n in plan_nodes(due) if scans(n, "jobs")]
+    claim_index = index_parts(conn, f'"{store.options.schema}".jobs_claim')
+    assert found and all(n.get("Index Name") in claim_index for n in found), found
     return scans_buffers(due, "jobs")
 
 
@@ -68,7 +76,7 @@ def test_claim_cost_does_not_grow_with_dead_rows_behind_a_pinned_horizon(pg_targ
             store.enqueue_many([NewJob(queue, BODY) for _ in range(5)])
         # A table the size of a working queue's (a tiny one is scanned whole, in any order).
         floored.enqueue_many([NewJob("other", BODY) for _ in range(5000)])
-        admin.execute(f'VACUUM ANALYZE "{pg_target.schema}".jobs')
+        vacuum_analyze(admin, f'"{pg_target.schema}".jobs')
         pin.execute("SELECT txid_current()")  # holds an XID, idle in transaction
         measured = {}
         for queue, store in runs.items():
@@ -77,9 +85,10 @@ def test_claim_cost_does_not_grow_with_dead_rows_behind_a_pinned_horizon(pg_targ
             cycles(store, queue, 3000)
             measured[queue] = (base, scan_buffers(explain, store, queue))
         admin.execute(f'VACUUM "{pg_target.schema}".jobs')  # removes nothing: pinned
-        dead = admin.execute(
-            "SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = %s AND relname = 'jobs'",
-            (pg_target.schema,),
+        dead = admin.execute(  # summed over jobs' generations (migration 0017)
+            "SELECT sum(n_dead_tup) FROM pg_stat_user_tables "
+            "WHERE relid IN (SELECT relid FROM pg_partition_tree(%s::regclass))",
+            (f'"{pg_target.schema}".jobs',),
         ).fetchone()[0]
         assert dead >= 10_000, dead  # the horizon was pinned: 2 dead versions a cycle
         (on_base, on_after), (off_base, off_after) = measured["on"], measured["off"]
@@ -117,7 +126,7 @@ def test_due_checks_do_not_grow_with_dead_rows_behind_a_pinned_horizon(pg_target
             # a delayed job: next_due has an answer, after every job the cycles claim
             store.enqueue_many([NewJob(queue, BODY, run_at=store.now() + 3600)])
         floored.enqueue_many([NewJob("other", BODY) for _ in range(5000)])
-        admin.execute(f'VACUUM ANALYZE "{pg_target.schema}".jobs')
+        vacuum_analyze(admin, f'"{pg_target.schema}".jobs')
         pin.execute("SELECT txid_current()")  # holds an XID, idle in transaction
         measured = {}
         for queue, store in runs.items():
@@ -133,7 +142,10 @@ def test_due_checks_do_not_grow_with_dead_rows_behind_a_pinned_horizon(pg_target
         print("has_due / next_due buffers (after 1,500 cycles, after 3,000):", measured)
         for key in keys:
             (on_half, on_all), (off_half, off_all) = measured["on"], measured["off"]
-            assert on_all[key] <= on_half[key] + 10, (key, measured)
+            # (+12: a descent of each generation's index, which may have had no entry
+            # at the first measure, the cycles' rows being in the generations of their
+            # seconds, migration 0017)
+            assert on_all[key] <= on_half[key] + 10 + 12, (key, measured)
             assert off_all[key] >= off_half[key] + 300, (key, measured)  # can fail
 
 

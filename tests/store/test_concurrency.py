@@ -81,15 +81,25 @@ with open(out, "w") as f:
 )
 
 
-def run_together(code: str, target, workdir: Path, n: int) -> list[dict]:
-    """Start ``n`` workers, release them at once, and return what each wrote."""
+def run_together(code: str | list[str], target, workdir: Path, n: int) -> list[dict]:
+    """Start ``n`` workers (each running ``code``, or its own of a list of ``n``),
+    release them at once, and return what each wrote."""
+    codes = code if isinstance(code, list) else [code] * n
     workdir.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen] = []
     try:
         for i in range(n):
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-c", code, target.url, target.schema, str(workdir), f"w{i}"],
+                    [
+                        sys.executable,
+                        "-c",
+                        codes[i],
+                        target.url,
+                        target.schema,
+                        str(workdir),
+                        f"w{i}",
+                    ],
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                 )

@@ -72,7 +72,7 @@ def test_statements_on_a_claim_read_its_rows_only_after_analyze_behind_a_pin(pg_
             key: jobs_buffers(explain, store._sql[key], store._params(params), mode)
             for key, params in statements.items()
         }
-        assert all(n <= 30 for n in read.values()), read
+        assert all(n <= 30 for n in read.values()), sorted(read.items())
         assert store.ack([held]) == {held.id}  # the claim was held throughout
 
 
@@ -107,7 +107,9 @@ def test_due_checks_read_from_the_floors_after_analyze_behind_a_pin(pg_target, m
             key: jobs_buffers(explain, store._sql[key], params, mode)
             for key in ("has_due", "next_due")
         }
-        assert all(n <= 30 for n in read.values()), read
+        # (45: each seek descends the claim index of four generations, migration 0017;
+        # next_due seeks among the due jobs first, then past now)
+        assert all(n <= 45 for n in read.values()), sorted(read.items())
         assert store.has_due(["q"]) is False
         assert store.next_due(["q"]) > store.now() + 3000
 
@@ -151,5 +153,5 @@ def test_statements_read_a_handful_when_analyze_found_jobs_empty(pg_target, mode
             key: jobs_buffers(explain, store._sql[key], store._params(params), mode)
             for key, params in statements.items()
         }
-        assert all(n <= 30 for n in read.values()), read
+        assert all(n <= 30 for n in read.values()), sorted(read.items())
         assert store.ack([held]) == {held.id}

@@ -28,9 +28,9 @@ def _index_scans(target) -> int:
     with psycopg.connect(target.url, autocommit=True) as conn:
         conn.execute("SELECT pg_stat_clear_snapshot()")
         (n,) = conn.execute(
-            "SELECT coalesce(idx_scan, 0) + coalesce(seq_scan, 0) FROM pg_stat_user_tables"
-            " WHERE schemaname = %s AND relname = 'jobs'",
-            [target.schema],
+            "SELECT sum(coalesce(idx_scan, 0) + coalesce(seq_scan, 0)) FROM pg_stat_user_tables"
+            " WHERE relid IN (SELECT relid FROM pg_partition_tree(%s::regclass))",
+            [f'"{target.schema}".jobs'],
         ).fetchone()
         return n
 

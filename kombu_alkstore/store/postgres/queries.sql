@@ -526,7 +526,11 @@ SELECT count(*) AS size FROM {jobs} WHERE queue = %(queue)s AND state = 'pending
 -- A throttled queue (rate_wait ahead, migration 0010): its due jobs at rate_wait, a
 -- delayed one at its own time (a rate never makes a job early, nor a delayed one late):
 -- "later", each priority's first pending job not yet due, looked for only then (one
--- seek, as "run_at": not a scan of the queue's delayed jobs).
+-- seek, as "run_at": not a scan of the queue's delayed jobs). "run_at" looks among the
+-- due jobs first, as a claim does, and past now only when none is due: jobs' generations
+-- (migration 0017) are merged in order, and an unbounded seek would walk to its end each
+-- generation holding no pending job of the band (behind a pinned horizon: every dead
+-- version of a claim whose deadline is ahead).
 SELECT min(CASE WHEN first.run_at IS NULL OR NOT first.throttled THEN first.run_at
                 ELSE least((SELECT lq.rate_wait FROM {queues} lq WHERE lq.name = qn.name),
                            first.later)
@@ -554,11 +558,17 @@ CROSS JOIN LATERAL (
             ORDER BY j.run_at LIMIT 1) END AS later
   FROM (
     SELECT prio.p, {throttled} AS throttled,
-           (SELECT j.run_at FROM {jobs} j
-            WHERE j.queue = qn.name AND j.priority = prio.p AND j.run_at >= b.run_from
-              AND j.state = 'pending'
-              AND (j.expires_at IS NULL OR j.expires_at > {now})
-            ORDER BY j.run_at LIMIT 1) AS run_at
+           COALESCE(
+             (SELECT j.run_at FROM {jobs} j
+              WHERE j.queue = qn.name AND j.priority = prio.p AND j.run_at >= b.run_from
+                AND j.run_at <= {now} AND j.state = 'pending'
+                AND (j.expires_at IS NULL OR j.expires_at > {now})
+              ORDER BY j.run_at LIMIT 1),
+             (SELECT j.run_at FROM {jobs} j
+              WHERE j.queue = qn.name AND j.priority = prio.p AND j.run_at >= b.run_from
+                AND j.state = 'pending'
+                AND (j.expires_at IS NULL OR j.expires_at > {now})
+              ORDER BY j.run_at LIMIT 1)) AS run_at
     FROM prio WHERE prio.p IS NOT NULL
   ) f
 ) first
@@ -1266,22 +1276,21 @@ SELECT p.relname::text AS "table", sum(s.n_live_tup)::bigint AS live,
           (SELECT o.option_value FROM pg_options_to_table(c.reloptions) o
            WHERE o.option_name = 'autovacuum_enabled'), 'on')::boolean) AS autovacuum
 FROM pg_class p
-CROSS JOIN LATERAL pg_partition_tree(p.oid) t
+CROSS JOIN LATERAL (SELECT t.relid FROM pg_partition_tree(p.oid) t WHERE t.isleaf
+                    UNION ALL SELECT p.oid WHERE p.relkind = 'r') t
 JOIN pg_class c ON c.oid = t.relid
 JOIN pg_stat_user_tables s ON s.relid = t.relid
 WHERE p.relnamespace = to_regnamespace(quote_ident(%(schema)s))
-  AND p.relname = ANY(%(tables)s::text[]) AND p.relkind IN ('r', 'p') AND t.isleaf
+  AND p.relname = ANY(%(tables)s::text[]) AND p.relkind IN ('r', 'p')
 GROUP BY p.relname
 ORDER BY dead DESC, p.relname
 
 -- name: jobs_grown
--- Whether a generation of jobs has grown to four times its size at its last ANALYZE or
--- VACUUM and past 256 pages (2 MB): plans made on the smaller table may walk it
--- (store/planner.py). A generation a rotation truncated since (reltuples -1) is planned
--- from its file's size, as one never analyzed is. One catalog read, one size syscall a
+-- Whether a generation of jobs has grown to four times its size at its last ANALYZE,
+-- VACUUM or TRUNCATE (never: 0 pages) and past 256 pages (2 MB): plans made on the
+-- smaller table may walk it (store/planner.py). One catalog read, one size syscall a
 -- generation.
-SELECT COALESCE(bool_or(c.reltuples >= 0 AND pg_relation_size(c.oid)
-                        / current_setting('block_size')::int
+SELECT COALESCE(bool_or(pg_relation_size(c.oid) / current_setting('block_size')::int
                         >= greatest(4 * c.relpages, 256)), false) AS grown
 FROM pg_partition_tree('{jobs}'::regclass) t JOIN pg_class c ON c.oid = t.relid
 WHERE t.isleaf
@@ -1292,13 +1301,21 @@ WHERE t.isleaf
 SELECT outcome, moved FROM {rotate_generation}(%(cap)s::int)
 
 -- name: jobs_analyze
--- The planner's statistics of jobs gathered anew (every session plans again). Waits at
--- most 100 ms for its lock (held by a VACUUM or another ANALYZE, which refresh them too)
--- and otherwise leaves it to the next round.
+-- The planner's statistics of jobs' generations gathered anew (every session plans
+-- again). Only of those holding pages: one analyzed empty is planned as empty, by a
+-- sequential scan, until it is truncated or analyzed again, however it fills; one a
+-- rotation truncated is planned as at least ten pages, by index (migration 0017). Waits
+-- at most 100 ms for a lock (held by a VACUUM or another ANALYZE, which refresh them
+-- too) and otherwise leaves it to the next round.
 DO $$
+DECLARE
+  part REGCLASS;
 BEGIN
   PERFORM set_config('lock_timeout', '100ms', true);
-  ANALYZE {jobs};
+  FOR part IN SELECT relid FROM pg_partition_tree('{jobs}'::regclass)
+              WHERE isleaf AND pg_relation_size(relid) > 0 LOOP
+    EXECUTE 'ANALYZE ' || part::text;
+  END LOOP;
 EXCEPTION WHEN lock_not_available THEN NULL;
 END $$
 
