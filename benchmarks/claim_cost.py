@@ -100,21 +100,20 @@ def explain(conn: psycopg.Connection, store, schema: str) -> dict:
 def dead_tuples(conn: psycopg.Connection, schema: str) -> tuple[int, int]:
     """(n_dead_tup, n_live_tup) of the jobs table (the store's backends flush their counts
     within 10 s of going idle: the caller waits that long first)."""
-    row = conn.execute(
-        "SELECT n_dead_tup, n_live_tup FROM pg_stat_user_tables "
-        "WHERE schemaname = %s AND relname = 'jobs'",
-        (schema,),
+    row = conn.execute(  # summed over its generations (schema version 17)
+        "SELECT sum(n_dead_tup), sum(n_live_tup) FROM pg_stat_user_tables "
+        "WHERE relid IN (SELECT relid FROM pg_partition_tree(%s::regclass))",
+        (f'"{schema}".jobs',),
     ).fetchone()
-    return (int(row[0]), int(row[1])) if row else (0, 0)
+    return (int(row[0]), int(row[1])) if row and row[0] is not None else (0, 0)
 
 
 def sizes(conn: psycopg.Connection, schema: str) -> tuple[float, float]:
     """(heap MB, indexes MB) of the jobs table."""
-    row = conn.execute(
-        "SELECT pg_relation_size(c.oid), pg_indexes_size(c.oid) FROM pg_class c "
-        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
-        "AND c.relname = 'jobs'",
-        (schema,),
+    row = conn.execute(  # summed over its generations (schema version 17)
+        "SELECT sum(pg_relation_size(relid)), sum(pg_indexes_size(relid)) "
+        "FROM pg_partition_tree(%s::regclass) WHERE isleaf",
+        (f'"{schema}".jobs',),
     ).fetchone()
     return row[0] / 1e6, row[1] / 1e6
 

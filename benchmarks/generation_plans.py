@@ -1,19 +1,17 @@
-"""The store's own claim, due checks and ack on ``jobs`` split into four generations:
-which plans PostgreSQL makes in the states rotation would bring (issue 35, the design in
-docs/architecture.md "Dead rows behind a pinned horizon: rotating generations").
+"""The store's own claim, due checks and ack on ``jobs`` in its four generations
+(schema version 17): which plans PostgreSQL makes in the states rotation brings (issue
+35; docs/architecture.md "Dead rows behind a pinned horizon: rotating generations").
 
     python benchmarks/generation_plans.py
 
-Not the broker's layout (``jobs`` is one table): a fresh store's ``jobs`` is rebuilt by
-hand as ``PARTITION BY LIST (gen)`` into four generations, primary key ``(id, gen)``,
-its indexes and triggers made again on it and migration 16's functions made again for
-its row type; publishes go to the generation the column default names. Then, on one
-connection that reaches each statement's generic plan (seven runs) before each state
-changes, ``EXPLAIN (ANALYZE, BUFFERS)`` of ``claim_one``, ``has_due``, ``next_due`` and
-``ack`` in turn: small; 100,000 delayed jobs in generation 0, never analyzed; after
-ANALYZE; after a TRUNCATE of generation 1; generation 1 current with five due jobs.
-Prints, per state and statement, the time, the shared buffers and the kinds of scan,
-sort and append nodes in the plan. Figures to read, not assertions.
+On one connection that reaches each statement's generic plan (seven runs) before each
+state changes, ``EXPLAIN (ANALYZE, BUFFERS)`` of ``claim_one``, ``has_due``,
+``next_due`` and ``ack`` in turn: small; 100,000 delayed jobs, never analyzed; after
+the maintenance holder's statistics refresh (which analyzes only generations holding
+pages); after ANALYZE of the whole table (empty generations analyzed too, as a manual
+``ANALYZE`` does); after ten seconds of rotations with five due jobs published
+meanwhile. Prints, per state and statement, the time, the shared buffers and the kinds
+of scan, sort and append nodes in the plan. Figures to read, not assertions.
 """
 
 from __future__ import annotations
@@ -26,45 +24,8 @@ from typing import Any
 import psycopg
 
 from kombu_alkstore.store import NewJob, open_store
-from kombu_alkstore.store.schema import migrations
 
 URL = os.environ.get("ALKSTORE_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-def partition(conn: psycopg.Connection, schema: str) -> None:
-    """Rebuild the (empty) store's jobs as four generations, in one transaction."""
-    s = f'"{schema}"'
-    indexes = conn.execute(
-        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s "
-        "AND tablename = 'jobs' AND indexname NOT IN ('jobs_pkey', 'jobs_unique')",
-        (schema,),
-    ).fetchall()
-    triggers = conn.execute(
-        "SELECT pg_get_triggerdef(t.oid) FROM pg_trigger t "
-        "WHERE tgrelid = %s::regclass AND NOT tgisinternal",
-        (f"{s}.jobs",),
-    ).fetchall()
-    (sequence,) = conn.execute("SELECT pg_get_serial_sequence(%s, 'id')", (f"{s}.jobs",)).fetchone()
-    with conn.transaction():
-        conn.execute(f"DROP FUNCTION {s}.delete_rows, {s}.claim_rows")
-        conn.execute(f"ALTER TABLE {s}.jobs RENAME TO jobs_plain")
-        conn.execute(
-            f"CREATE TABLE {s}.jobs (LIKE {s}.jobs_plain INCLUDING DEFAULTS INCLUDING "
-            "CONSTRAINTS, gen SMALLINT NOT NULL DEFAULT 0, PRIMARY KEY (id, gen)) "
-            "PARTITION BY LIST (gen)"
-        )
-        for g in range(4):
-            conn.execute(f"CREATE TABLE {s}.jobs_g{g} PARTITION OF {s}.jobs FOR VALUES IN ({g})")
-        conn.execute(f"ALTER SEQUENCE {sequence} OWNED BY {s}.jobs.id")
-        conn.execute(f"DROP TABLE {s}.jobs_plain")
-        for _, definition in indexes:
-            conn.execute(definition)
-        for (definition,) in triggers:
-            conn.execute(definition)
-        for m in migrations(schema, "postgresql").migrations:
-            if m.version == 16:
-                for statement in m.statements:
-                    conn.execute(statement)
 
 
 def explain(store: Any, key: str, params: dict[str, Any]) -> str:
@@ -98,8 +59,6 @@ def main() -> int:
     conn = psycopg.connect(URL, autocommit=True)
     s = f'"{schema}"'
     try:
-        open_store(URL, schema=schema).close()
-        partition(conn, schema)
         store = open_store(URL, schema=schema, pool_max_size=1)
         store.enqueue_many([NewJob("q", b"{}") for _ in range(5)])
 
@@ -119,14 +78,18 @@ def main() -> int:
         for _ in range(10):
             store.enqueue_many([NewJob("q", b"{}", run_at=later) for _ in range(10_000)])
         store.enqueue_many([NewJob("q", b"{}") for _ in range(5)])
-        state("100,000 delayed in generation 0, never analyzed")
+        state("100,000 delayed, never analyzed")
+        store.refresh_statistics()
+        state("after the statistics refresh (generations holding pages)")
         conn.execute(f"ANALYZE {s}.jobs")
-        state("after ANALYZE (generations 1-3 empty)")
-        conn.execute(f"TRUNCATE {s}.jobs_g1")
-        state("after TRUNCATE of generation 1")
-        conn.execute(f"ALTER TABLE {s}.jobs ALTER COLUMN gen SET DEFAULT 1")
+        state("after ANALYZE of jobs (empty generations too)")
+        end = time.monotonic() + 10
+        outcomes = []
+        while time.monotonic() < end:
+            outcomes.append(store.rotate_generation().outcome)
+            time.sleep(0.5)
         store.enqueue_many([NewJob("q", b"{}") for _ in range(5)])
-        state("generation 1 current, five due jobs in it")
+        state(f"after 10 s of rotations ({', '.join(sorted(set(outcomes)))}), five due jobs")
         store.close()
     finally:
         conn.execute(f"DROP SCHEMA IF EXISTS {s} CASCADE")

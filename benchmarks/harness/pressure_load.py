@@ -246,10 +246,14 @@ class Sampler:
         self.pid = self.conn.info.backend_pid
 
     def tables(self) -> dict[str, tuple[int, int, int]]:
-        """table → (n_dead_tup, n_live_tup, pg_total_relation_size)."""
+        """table → (n_dead_tup, n_live_tup, pg_total_relation_size); a table in parts
+        (alkstore's jobs in generations) as the sum of its parts, under its own name."""
         rows = self.conn.execute(
-            "SELECT relname, n_dead_tup, n_live_tup, pg_total_relation_size(relid) "
-            "FROM pg_stat_user_tables WHERE schemaname = %s",
+            "SELECT coalesce(p.relname, s.relname), sum(s.n_dead_tup), sum(s.n_live_tup), "
+            "sum(pg_total_relation_size(s.relid)) FROM pg_stat_user_tables s "
+            "LEFT JOIN pg_inherits i ON i.inhrelid = s.relid "
+            "LEFT JOIN pg_class p ON p.oid = i.inhparent "
+            "WHERE s.schemaname = %s GROUP BY 1",
             (self.schema,),
         ).fetchall()
         return {r[0]: (int(r[1]), int(r[2]), int(r[3])) for r in rows}
