@@ -19,7 +19,7 @@ import pytest
 from kombu_alkstore.store import ROTATION_CAP, NewJob
 from kombu_alkstore.store.limits import KEY_HEADER
 from tests.helpers import table_pages
-from tests.store.test_concurrency import run_together
+from tests.store.test_concurrency import _PRELUDE, run_together
 
 #: Long enough for every generation to be the oldest at least once (4 x 2 s), and more.
 ROUNDS = 10.5
@@ -141,13 +141,10 @@ def test_dead_rows_behind_a_pinned_horizon_are_freed(pg_target):
         pin.rollback()
 
 
-PUBLISH_WORKER = r"""
-import json, os, sys, time
-from kombu_alkstore.store import open_store, NewJob
-url, schema, workdir, name = sys.argv[1:5]
-open(os.path.join(workdir, name + ".ready"), "w").close()
-while not os.path.exists(os.path.join(workdir, "go")):
-    time.sleep(0.002)
+PUBLISH_WORKER = (
+    _PRELUDE
+    + r"""
+from kombu_alkstore.store import NewJob
 store = open_store(url, schema=schema, setup=False)
 ids, keys = [], 0
 end = time.monotonic() + 8
@@ -160,17 +157,14 @@ while time.monotonic() < end:
         ids.append(got)
     time.sleep(0.02)  # ~250 jobs/s: the claimers keep up, no generation is over the cap
 store.close()
-with open(os.path.join(workdir, name + ".json"), "w") as f:
+with open(out, "w") as f:
     json.dump({"role": "publish", "ids": ids}, f)
 """
+)
 
-CLAIM_WORKER = r"""
-import json, os, sys, time
-from kombu_alkstore.store import open_store
-url, schema, workdir, name = sys.argv[1:5]
-open(os.path.join(workdir, name + ".ready"), "w").close()
-while not os.path.exists(os.path.join(workdir, "go")):
-    time.sleep(0.002)
+CLAIM_WORKER = (
+    _PRELUDE
+    + r"""
 store = open_store(url, schema=schema, setup=False)
 acked, empty, end = [], 0, time.monotonic() + 60
 while empty < 40 and time.monotonic() < end:
@@ -192,17 +186,14 @@ while empty < 40 and time.monotonic() < end:
         sys.exit(f"redelivered: {[(d.id, d.attempts) for d in got if d.attempts != 1]}")
     acked += [d.id for d in got]
 store.close()
-with open(os.path.join(workdir, name + ".json"), "w") as f:
+with open(out, "w") as f:
     json.dump({"role": "claim", "ids": acked}, f)
 """
+)
 
-ROTATE_WORKER = r"""
-import json, os, sys, time
-from kombu_alkstore.store import open_store
-url, schema, workdir, name = sys.argv[1:5]
-open(os.path.join(workdir, name + ".ready"), "w").close()
-while not os.path.exists(os.path.join(workdir, "go")):
-    time.sleep(0.002)
+ROTATE_WORKER = (
+    _PRELUDE
+    + r"""
 store = open_store(url, schema=schema, setup=False)
 outcomes = []
 end = time.monotonic() + 14
@@ -210,9 +201,10 @@ while time.monotonic() < end:
     outcomes.append(store.rotate_generation().outcome)
     time.sleep(0.05)
 store.close()
-with open(os.path.join(workdir, name + ".json"), "w") as f:
+with open(out, "w") as f:
     json.dump({"role": "rotate", "ids": [], "outcomes": outcomes}, f)
 """
+)
 
 
 @pytest.mark.timeout(180)
