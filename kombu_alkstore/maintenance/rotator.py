@@ -7,7 +7,7 @@ rotates only while this transport holds the lease; when a rotation finds every
 generation empty (an idle store) it waits twice as long each time, up to the round's
 interval, so an idle holder sends one statement a minute for it; the first rotation
 after traffic resumes empties a generation again. A rotation that fails is logged and
-the next one runs on schedule (store/generations.py: nothing is lost either way).
+the next one waits twice as long (store/generations.py: nothing is lost either way).
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ class Rotator(WorkerThread):
                 return
             try:
                 done = rotate()
-            except Exception as exc:
-                self._failed("rotation of jobs' generations", exc, f"the next in {wait} s")
+            except Exception as exc:  # a lost database: each failure waits twice as long
+                wait = min(wait * 2, self._longest)
+                self._failed("rotation of jobs' generations", exc, f"the next in {wait:g} s")
                 continue
             finally:
                 del rotate

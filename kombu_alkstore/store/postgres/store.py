@@ -62,6 +62,16 @@ POOL_TIMEOUT = 10.0
 PING_TIMEOUT = 3.0
 
 
+#: The store's sessions plan each prepared statement once, generically, and keep it (a
+#: statement's plan changes when its tables' statistics do). Left to choose, PostgreSQL
+#: plans each execution again for its values wherever it estimates the generic plan
+#: dearer, as it does for every statement on jobs' four generations: a claim then took
+#: 716 µs against 533, an ack 487 against 288 (one connection, medians, stop 50). Every
+#: statement is written to run from its generic plan (tests/store/test_horizon_plans.py
+#: runs them both ways). Behind a transaction-mode pooler nothing is prepared.
+GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
+
+
 class PostgresStore(Store):
     """The store on PostgreSQL 13+, in its own schema."""
 
@@ -126,7 +136,7 @@ class PostgresStore(Store):
             ) from exc
         except psycopg.errors.InsufficientPrivilege as exc:
             raise privileges_missing(exc, url, options) from exc
-        self._pool = self._new_pool("durable", {})
+        self._pool = self._new_pool("durable", self._startup_options(GENERIC_PLANS))
         # Claims, acks, heartbeats and maintenance commit without waiting for the WAL
         # flush: one lost in a database crash only makes its message deliverable again,
         # which at-least-once delivery already allows. Publishes stay durable unless
@@ -142,12 +152,17 @@ class PostgresStore(Store):
 
     def _no_sync_commit(self) -> dict[str, Any]:
         """Connection options for commits that need not wait for the WAL flush."""
+        return self._startup_options("-c synchronous_commit=off", GENERIC_PLANS)
+
+    def _startup_options(self, *settings: str) -> dict[str, Any]:
+        """Connection options setting ``settings`` for the session (none behind a
+        transaction-mode pooler, which refuses session startup options)."""
         if self.options.transaction_pooler:
             return {}
         # Added to the URL's own startup options (a role, a lock_timeout...), never
         # instead of them: psycopg's keyword replaces the conninfo's ``options``.
         given = conninfo_to_dict(self.url.conninfo).get("options") or ""
-        return {"options": f"{given} -c synchronous_commit=off".strip()}
+        return {"options": " ".join([given, *settings]).strip()}
 
     def _session_kwargs(self) -> dict[str, Any]:
         """psycopg options every connection to the broker URL gets: behind a
@@ -317,7 +332,11 @@ class PostgresStore(Store):
             return self._publisher or self._new_publisher()
 
     def _new_publisher(self) -> PipelinedPublisher:
-        extra = {} if self.options.durable_publish else self._no_sync_commit()
+        extra = (
+            self._startup_options(GENERIC_PLANS)
+            if self.options.durable_publish
+            else self._no_sync_commit()
+        )
         extra.update(self._session_kwargs())
         self._publisher = PipelinedPublisher(
             lambda: psycopg.connect(
