@@ -62,13 +62,9 @@ POOL_TIMEOUT = 10.0
 PING_TIMEOUT = 3.0
 
 
-#: The store's sessions plan each prepared statement once, generically, and keep it (a
-#: statement's plan changes when its tables' statistics do). Left to choose, PostgreSQL
-#: plans each execution again for its values wherever it estimates the generic plan
-#: dearer, as it does for every statement on jobs' four generations: a claim then took
-#: 716 µs against 533, an ack 487 against 288 (one connection, medians, stop 50). Every
-#: statement is written to run from its generic plan (tests/store/test_horizon_plans.py
-#: runs them both ways). Behind a transaction-mode pooler nothing is prepared.
+#: The store's sessions plan each prepared statement once, generically: left to choose,
+#: PostgreSQL replans each execution on jobs' four generations (a claim 716 µs against
+#: 533, an ack 487 against 288: docs/benchmarks.md, stop 50).
 GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
 
 
@@ -155,12 +151,10 @@ class PostgresStore(Store):
         return self._startup_options("-c synchronous_commit=off", GENERIC_PLANS)
 
     def _startup_options(self, *settings: str) -> dict[str, Any]:
-        """Connection options setting ``settings`` for the session (none behind a
-        transaction-mode pooler, which refuses session startup options)."""
+        """Startup options setting ``settings`` (none behind a transaction pooler)."""
         if self.options.transaction_pooler:
             return {}
-        # Added to the URL's own startup options (a role, a lock_timeout...), never
-        # instead of them: psycopg's keyword replaces the conninfo's ``options``.
+        # Added to the URL's own (psycopg's keyword would replace the conninfo's).
         given = conninfo_to_dict(self.url.conninfo).get("options") or ""
         return {"options": " ".join([given, *settings]).strip()}
 
@@ -332,11 +326,8 @@ class PostgresStore(Store):
             return self._publisher or self._new_publisher()
 
     def _new_publisher(self) -> PipelinedPublisher:
-        extra = (
-            self._startup_options(GENERIC_PLANS)
-            if self.options.durable_publish
-            else self._no_sync_commit()
-        )
+        durable = self.options.durable_publish
+        extra = self._startup_options(GENERIC_PLANS) if durable else self._no_sync_commit()
         extra.update(self._session_kwargs())
         self._publisher = PipelinedPublisher(
             lambda: psycopg.connect(
