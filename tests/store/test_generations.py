@@ -64,7 +64,8 @@ def test_a_rotation_keeps_every_job_as_it_was(pg_target):
         gens_after = generations(conn, store)
         assert sorted(gens_after) == sorted(gens_before)  # every job, once
         assert all(gens_after[i] != g for i, g in gens_before.items()), (gens_before, done)
-        assert ("rotated", len(gens_before)) in done, done
+        # (the jobs may have been written in two generations: two rotations moved them)
+        assert sum(n for o, n in done if o == "rotated") >= len(gens_before), done
         # The claims hold: heartbeat and ack by token land, and nothing is claimed twice.
         assert store.heartbeat(held) == {d.id for d in held}
         assert store.ack(held) == {d.id for d in held}

@@ -1266,7 +1266,9 @@ LIMIT %(limit)s
 -- The store's tables: the server's live and dead row estimates, size, last vacuum, and
 -- whether autovacuum runs on them (the server's setting and the table's own). A table
 -- split into parts (jobs' generations) is the sum of its parts, its last vacuum the
--- oldest of theirs, and autovacuum on only if it is on every part.
+-- oldest of theirs, and autovacuum on only if it is on every part. (The parts from the
+-- catalog, pg_inherits: pg_partition_tree would lock them, in an order a DROP SCHEMA
+-- does not share.)
 SELECT p.relname::text AS "table", sum(s.n_live_tup)::bigint AS live,
        sum(s.n_dead_tup)::bigint AS dead,
        sum(pg_total_relation_size(s.relid))::bigint AS bytes,
@@ -1276,7 +1278,7 @@ SELECT p.relname::text AS "table", sum(s.n_live_tup)::bigint AS live,
           (SELECT o.option_value FROM pg_options_to_table(c.reloptions) o
            WHERE o.option_name = 'autovacuum_enabled'), 'on')::boolean) AS autovacuum
 FROM pg_class p
-CROSS JOIN LATERAL (SELECT t.relid FROM pg_partition_tree(p.oid) t WHERE t.isleaf
+CROSS JOIN LATERAL (SELECT i.inhrelid AS relid FROM pg_inherits i WHERE i.inhparent = p.oid
                     UNION ALL SELECT p.oid WHERE p.relkind = 'r') t
 JOIN pg_class c ON c.oid = t.relid
 JOIN pg_stat_user_tables s ON s.relid = t.relid
@@ -1292,8 +1294,8 @@ ORDER BY dead DESC, p.relname
 -- generation.
 SELECT COALESCE(bool_or(pg_relation_size(c.oid) / current_setting('block_size')::int
                         >= greatest(4 * c.relpages, 256)), false) AS grown
-FROM pg_partition_tree('{jobs}'::regclass) t JOIN pg_class c ON c.oid = t.relid
-WHERE t.isleaf
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = '{jobs}'::regclass
 
 -- name: rotate_generation
 -- One rotation of jobs' generations (migration 0017; store/generations.py): what it did
@@ -1312,8 +1314,8 @@ DECLARE
   part REGCLASS;
 BEGIN
   PERFORM set_config('lock_timeout', '100ms', true);
-  FOR part IN SELECT relid FROM pg_partition_tree('{jobs}'::regclass)
-              WHERE isleaf AND pg_relation_size(relid) > 0 LOOP
+  FOR part IN SELECT inhrelid FROM pg_inherits
+              WHERE inhparent = '{jobs}'::regclass AND pg_relation_size(inhrelid) > 0 LOOP
     EXECUTE 'ANALYZE ' || part::text;
   END LOOP;
 EXCEPTION WHEN lock_not_available THEN NULL;
