@@ -454,15 +454,21 @@ def delay(store, queue: str, first: float, count: int) -> None:
     )
 
 
+def parts_sum(conn: psycopg.Connection, table: str, expression: str) -> int:
+    """The sum of ``expression`` (over ``relid`` and ``pg_stat_user_tables``' columns)
+    for ``table`` (as written in SQL) and each of its parts (jobs' generations)."""
+    (total,) = conn.execute(
+        f"SELECT sum({expression}) FROM pg_stat_user_tables WHERE relid IN "
+        "(SELECT relid FROM pg_partition_tree(%(t)s::regclass) UNION SELECT %(t)s::regclass)",
+        {"t": table},
+    ).fetchone()
+    return int(total or 0)
+
+
 def table_pages(conn: psycopg.Connection, table: str) -> int:
     """The pages of ``table``'s heap (as written in SQL), its parts' summed (jobs'
     generations)."""
-    (pages,) = conn.execute(
-        "SELECT sum(pg_relation_size(relid)) / current_setting('block_size')::int "
-        "FROM (SELECT relid FROM pg_partition_tree(%s::regclass) UNION SELECT %s::regclass) t",
-        (table, table),
-    ).fetchone()
-    return int(pages)
+    return parts_sum(conn, table, "pg_relation_size(relid)") // 8192
 
 
 def vacuum_analyze(conn: psycopg.Connection, table: str) -> None:

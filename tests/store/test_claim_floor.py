@@ -28,6 +28,7 @@ from kombu_alkstore.store.postgres.statements import claim_key
 from tests.helpers import (
     explained_plan,
     index_parts,
+    parts_sum,
     plan_nodes,
     scans,
     scans_buffers,
@@ -85,11 +86,7 @@ def test_claim_cost_does_not_grow_with_dead_rows_behind_a_pinned_horizon(pg_targ
             cycles(store, queue, 3000)
             measured[queue] = (base, scan_buffers(explain, store, queue))
         admin.execute(f'VACUUM "{pg_target.schema}".jobs')  # removes nothing: pinned
-        dead = admin.execute(  # summed over jobs' generations (migration 0017)
-            "SELECT sum(n_dead_tup) FROM pg_stat_user_tables "
-            "WHERE relid IN (SELECT relid FROM pg_partition_tree(%s::regclass))",
-            (f'"{pg_target.schema}".jobs',),
-        ).fetchone()[0]
+        dead = parts_sum(admin, f'"{pg_target.schema}".jobs', "n_dead_tup")
         assert dead >= 10_000, dead  # the horizon was pinned: 2 dead versions a cycle
         (on_base, on_after), (off_base, off_after) = measured["on"], measured["off"]
         print("claim scan buffers (at 1 cycle, after 3,001):", measured)

@@ -17,7 +17,14 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.helpers import make_app, options_env, read_record, wait_for, worker_process
+from tests.helpers import (
+    make_app,
+    options_env,
+    parts_sum,
+    read_record,
+    wait_for,
+    worker_process,
+)
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 
@@ -27,12 +34,8 @@ pytestmark = pytest.mark.timeout(120)
 def _index_scans(target) -> int:
     with psycopg.connect(target.url, autocommit=True) as conn:
         conn.execute("SELECT pg_stat_clear_snapshot()")
-        (n,) = conn.execute(
-            "SELECT sum(coalesce(idx_scan, 0) + coalesce(seq_scan, 0)) FROM pg_stat_user_tables"
-            " WHERE relid IN (SELECT relid FROM pg_partition_tree(%s::regclass))",
-            [f'"{target.schema}".jobs'],
-        ).fetchone()
-        return n
+        scans = "coalesce(idx_scan, 0) + coalesce(seq_scan, 0)"
+        return parts_sum(conn, f'"{target.schema}".jobs', scans)
 
 
 @pytest.mark.parametrize("skew", ["+20s", "-20s"], ids=["ahead", "behind"])
