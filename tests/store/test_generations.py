@@ -128,7 +128,9 @@ def test_dead_rows_behind_a_pinned_horizon_are_freed(pg_target):
     ):
         pin.execute("SELECT txid_current()")  # idle in transaction from here on
         jobs = store.names["jobs"]
-        for _ in range(20):
+        for n in range(20):
+            if n == 10:  # the other half in the next generation (two-second periods)
+                time.sleep(2.0)
             store.enqueue_many([NewJob("q", b"x" * 200) for _ in range(500)])
             while got := store.claim(["q"], 100):
                 store.ack(got)
