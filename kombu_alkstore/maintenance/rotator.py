@@ -4,10 +4,13 @@ A rotation must come about once a second (each generation is the oldest, the one
 empties, for two seconds), far more often than the maintenance round (``sweep_interval``,
 up to a minute), so it has a thread of its own, started by the holder's first round. It
 rotates only while this transport holds the lease; when a rotation finds every
-generation empty (an idle store) it waits twice as long each time, up to the round's
-interval, so an idle holder sends one statement a minute for it; the first rotation
-after traffic resumes empties a generation again. A rotation that fails is logged and
-the next one waits twice as long (store/generations.py: nothing is lost either way).
+generation empty (an idle store) it waits twice as long each time, up to
+:data:`IDLE_WAIT` (or the round's interval, if shorter), so an idle holder sends one
+cheap statement every 16 s for it. A wake-up of the holder's loop (a publish announced
+or handed off) nudges it out of such a wait, so rotations resume with the traffic; a
+holder that consumes none of the busy queues resumes them within 16 s. A rotation that
+fails is logged and the next one waits twice as long (store/generations.py: nothing is
+lost either way).
 """
 
 from __future__ import annotations
@@ -24,11 +27,14 @@ logger = logging.getLogger("kombu_alkstore")
 
 #: Seconds between two rotations while the store has rows (half a generation's period).
 ROTATION_INTERVAL = 1.0
+#: The longest wait between two rotations of an idle store (or one after a failure).
+IDLE_WAIT = 16.0
 
 
 class Rotator(WorkerThread):
     """Calls ``rotate()`` every :data:`ROTATION_INTERVAL` seconds, backing off to
-    ``longest`` while it returns an idle rotation, or None (the lease is not held)."""
+    ``longest`` (at most :data:`IDLE_WAIT`) while it returns an idle rotation, or None
+    (the lease is not held)."""
 
     name = "alkstore-rotation"
 
@@ -37,11 +43,35 @@ class Rotator(WorkerThread):
         # Weakly, as the housekeeping thread holds its sweep: a transport nobody closed
         # is collected, and the thread ends with it.
         self._rotate = weakref.WeakMethod(rotate)
-        self._longest = max(longest, ROTATION_INTERVAL)
+        self._longest = max(min(longest, IDLE_WAIT), ROTATION_INTERVAL)
+        self._nudged = threading.Event()
+        #: The thread waits longer than ROTATION_INTERVAL (an idle store, or a failure).
+        self._backed_off = False
+
+    def nudge(self) -> None:
+        """Jobs are flowing: a rotation waiting out an idle store comes now. Cheap enough
+        for every wake-up of the event loop (an attribute read while not backed off)."""
+        if self._backed_off:
+            self._backed_off = False
+            self._nudged.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._nudged.set()  # out of its wait at once
+        super().stop()
+
+    def _starting(self) -> None:
+        self._nudged.clear()
+        self._backed_off = False
 
     def _run(self, stop: threading.Event) -> None:
         wait = ROTATION_INTERVAL
-        while not stop.wait(wait):
+        while True:
+            self._backed_off = wait > ROTATION_INTERVAL
+            self._nudged.wait(wait)
+            self._nudged.clear()
+            if stop.is_set():
+                return
             rotate = self._rotate()
             if rotate is None:
                 return

@@ -255,7 +255,7 @@ class Transport(virtual.Transport):
         waiter = self._waiter()
         fd = waiter.fileno()
         if fd is not None:
-            loop.add_reader(fd, self.guarded(self.scheduler.read_wakeups))
+            loop.add_reader(fd, self.guarded(self.on_readable))
             self.link.listening(True)
         else:
             self._last_change = time.monotonic()
@@ -277,11 +277,13 @@ class Transport(virtual.Transport):
                 self._trefs.append(loop.call_repeatedly(QUIET_POLL, self.guarded(self.quiet.tick)))
         if self.claims is not None:
             # Refresh and lease on the claims connection, cheap and in send order; the
-            # round, which may be slow, goes to the housekeeping thread (see sweep).
+            # round, which may be slow, goes to the housekeeping thread (see sweep). The
+            # first at once: the holder's rotations of jobs' generations start after it.
             self._loop_swept = time.monotonic()
             self._trefs.append(
                 loop.call_repeatedly(self.options.sweep_interval, self.guarded(self._loop_sweep))
             )
+            loop.call_soon(self.guarded(self._loop_sweep))
         self._trefs += [
             loop.call_repeatedly(self.polling_interval, self.guarded(self.scheduler.safety_poll)),
         ]
@@ -310,8 +312,12 @@ class Transport(virtual.Transport):
                 self._check_tref = self.loop.call_later(interval, self.guarded(self._check_changes))
 
     def on_readable(self, *args: Any) -> bool:
-        """Read the waiter (``ClaimScheduler.read_wakeups``); True if anything came."""
-        return self.scheduler.read_wakeups()
+        """Read the waiter (``ClaimScheduler.read_wakeups``); True if anything came, and
+        then the rotations, if this is the lease holder's and idle, resume."""
+        if self.scheduler.read_wakeups():
+            self.rotator.nudge()
+            return True
+        return False
 
     def _on_tick(self) -> None:
         # A full batch means more may be waiting: claim again once acks free capacity.

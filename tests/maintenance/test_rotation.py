@@ -7,8 +7,11 @@ rotates, in a real kombu worker loop.
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 import pytest
+from kombu import Connection
 
 from kombu_alkstore.maintenance import LEASE
 from tests.helpers import consumer_in_hub, run_until, wait_for
@@ -16,9 +19,10 @@ from tests.helpers import consumer_in_hub, run_until, wait_for
 
 @pytest.mark.parametrize("engine", ["postgresql"])
 def test_the_lease_holders_loop_rotates_and_another_worker_does_not(target):
-    """A job published before the holder's rotations is copied into another generation
-    within a cycle of them (about eight seconds), and is still claimable; the second
-    worker, which never took the lease, starts no rotation thread."""
+    """The first worker's loop takes the lease at once; a job published before its
+    rotations is copied into another generation within a cycle of them (about eight
+    seconds), and is still claimable; the second worker, which never took the lease,
+    starts no rotation thread."""
     with (
         consumer_in_hub(target) as (conn, _, got, hub),
         consumer_in_hub(target) as (other, _, _, other_hub),
@@ -27,7 +31,9 @@ def test_the_lease_holders_loop_rotates_and_another_worker_does_not(target):
         transport = conn.transport
         store = transport.store
         jobs = store.names["jobs"]
-        transport._loop_sweep()  # the loop's timer: the lease, then the round
+        # The loop asks for the lease as soon as it turns, not a sweep_interval (here a
+        # minute) later: the round, then the rotations, follow.
+        run_until(hub, lambda: transport.maintenance.holds)
         run_until(hub, lambda: transport.claims.in_flight() == 0)
         assert store.lease_holder(LEASE) == transport.maintenance.owner
         wait_for(lambda: transport.rotator.running, 10)
@@ -45,6 +51,35 @@ def test_the_lease_holders_loop_rotates_and_another_worker_does_not(target):
         wait_for(moved, 30)
         assert store.get_job(jid) is not None
     assert not transport.rotator.running  # stopped with its connection
+
+
+@pytest.mark.parametrize("engine", ["postgresql"])
+def test_a_publish_nudges_the_idle_holders_rotations(target):
+    """On an idle store the holder's rotations wait longer each time (1, 2, 4, 8 s...);
+    a publish to its queue wakes its loop, which brings the next rotation at once: it
+    finds a generation holding a row and the rotations are a second apart again."""
+    with consumer_in_hub(target) as (conn, _, got, hub):
+        transport = conn.transport
+        store = transport.store
+        rotated: list[tuple[float, str]] = []
+        rotate = store.rotate_generation
+
+        def counted():
+            done = rotate()
+            rotated.append((time.monotonic(), done.outcome))
+            return done
+
+        store.rotate_generation = counted
+        run_until(hub, lambda: transport.maintenance.holds)
+        wait_for(lambda: len(rotated) >= 3, 15)  # idle: about 1, 3 and 7 s in
+        assert [o for _, o in rotated] == ["idle"] * 3, rotated
+        time.sleep(0.5)  # the next one is 8 s away
+        with Connection(target.broker_url, transport_options=target.transport_options) as p:
+            p.SimpleQueue("q").put({"n": 1})
+        published = time.monotonic()
+        run_until(hub, lambda: got and len(rotated) >= 5, timeout=4)
+        assert rotated[3][0] - published < 1.0, rotated  # at once, not 8 s later
+        assert [o for _, o in rotated[3:5]] == ["empty", "empty"], rotated  # 1 s apart
 
 
 @pytest.mark.parametrize("engine", ["sqlite"])

@@ -1,5 +1,6 @@
 """A worker's connections to PostgreSQL (issue 18: an idle worker host holds at most 2, a
-busy one 2 and one per pool process that publishes).
+busy one 2 and one per pool process that publishes; the one maintenance lease holder of a
+deployment one more while jobs flow, for its rotations of jobs' generations).
 
 A ``celery worker`` subprocess, its connections told apart by ``application_name``: once
 started it keeps its LISTEN connection and its claims connection and nothing else, over
@@ -68,7 +69,26 @@ def test_an_idle_worker_holds_two_connections(pg_target, tmp_path):
 
 
 def test_a_busy_worker_whose_tasks_do_not_publish_holds_two_connections(pg_target, tmp_path):
-    target, name = _named(pg_target, "busy")
+    """Every worker but the maintenance lease holder (here another holds the lease)."""
+    with pg_target.open() as store:
+        assert store.lease_acquire(LEASE, "another-worker", 600)
+    seen, extra = _busy(pg_target, tmp_path, "busy")
+    assert max(seen) <= 2, f"connections seen while busy (every 0.05 s): {seen}; {extra}"
+
+
+def test_the_busy_lease_holder_rotates_on_one_more_connection(pg_target, tmp_path):
+    """The holder takes the lease at start and, while jobs flow, rotates jobs' generations
+    about once a second from a thread of its own on a pooled connection, which it holds
+    meanwhile (pool_max_idle): three connections, never more."""
+    seen, extra = _busy(pg_target, tmp_path, "holder")
+    assert max(seen) <= 3, f"connections seen while busy (every 0.05 s): {seen}; {extra}"
+    assert any(".rotate_gen" in q for now in extra for q in now), extra  # (cut at 60)
+
+
+def _busy(pg_target: Target, tmp_path, prefix: str) -> tuple[list[int], list[list[str]]]:
+    """A prefork worker through bursts of tasks that do not publish: :func:`_watch`'s
+    samples over all of them."""
+    target, name = _named(pg_target, prefix)
     env = options_env(pool_max_idle=1.0)
     record = tmp_path / "record.tsv"
     producer = make_app(pg_target)
@@ -89,13 +109,16 @@ def test_a_busy_worker_whose_tasks_do_not_publish_holds_two_connections(pg_targe
             seen += got
             extra += more
             time.sleep(0.5)
-    assert max(seen) <= 2, f"connections seen while busy (every 0.05 s): {seen}; {extra}"
+    return seen, extra
 
 
 def test_a_worker_holding_claims_beats_on_its_claims_connection(pg_target, tmp_path):
     """acks_late tasks held through several beats (one a second): the event loop extends
     their claims on its claims connection, opening no pooled connection for it, and each
-    task runs once (a beat missed for 3 s would let a claim lapse and the task run again)."""
+    task runs once (a beat missed for 3 s would let a claim lapse and the task run again).
+    (Another holds the lease: the holder rotates while claimed jobs are live.)"""
+    with pg_target.open() as store:
+        assert store.lease_acquire(LEASE, "another-worker", 600)
     target, name = _named(pg_target, "beats")
     env = options_env(pool_max_idle=1.0, visibility_timeout=3.0)
     record = tmp_path / "record.tsv"
