@@ -14,7 +14,7 @@ from .acts import Act, ActFilter, Actor
 from .ambient import AMBIENT, bound_connection, unbound
 from .claims import ClaimSession
 from .engines import engines
-from .generations import ROTATION_CAP, Rotation
+from .generations import ROTATION_CAP, ROTATION_SMALL, Rotation
 from .interface import Store
 from .options import StoreOptions, StoreURL, parse_store_url
 from .schedules import ScheduleRow
@@ -44,6 +44,7 @@ __all__ = [
     "NewJob",
     "QueueCounts",
     "ROTATION_CAP",
+    "ROTATION_SMALL",
     "Rotation",
     "ScheduleRow",
     "Store",

@@ -21,35 +21,45 @@ from .statements import Statements
 #: rotated: copying them forward every rotation would cost more than the dead rows it
 #: frees, and holds the generation's lock, which claims wait for, meanwhile.
 ROTATION_CAP = 2_000
+#: A generation of at most this many bytes (a page: a few live jobs, such as delayed
+#: ones on an idle store) is not rotated: its TRUNCATE would free next to nothing and
+#: makes every session plan its statements again. While every generation is that small
+#: the store is idle (the rotator waits longer).
+ROTATION_SMALL = 8_192
 
 
 @dataclass(frozen=True)
 class Rotation:
     """What one rotation did. ``outcome``: ``rotated`` (the oldest generation emptied,
-    ``moved`` live rows copied forward), ``empty`` (it was empty already), ``idle``
-    (every generation is), ``busy`` (its lock was not had at once: a transaction holds
-    it), ``kept`` (over :data:`ROTATION_CAP` live rows) or ``off`` (the engine keeps no
-    generations)."""
+    ``moved`` live rows copied forward), ``empty`` (it was small: at most
+    ``small_bytes``), ``idle`` (every generation was), ``busy`` (its lock was not had at
+    once: a transaction holds it), ``kept`` (over :data:`ROTATION_CAP` live rows) or
+    ``off`` (the engine keeps no generations)."""
 
     outcome: str
     moved: int
 
     @property
     def idle(self) -> bool:
-        """Nothing to rotate now nor soon: no generation holds a row, or no generations."""
+        """Nothing to rotate now nor soon: no generation holds more than a few rows, or
+        there are no generations."""
         return self.outcome in ("idle", "off")
 
 
 class GenerationRotation(Statements):
     """:meth:`rotate_generation`, a part of :class:`~.interface.Store`."""
 
-    def rotate_generation(self, cap: int = ROTATION_CAP) -> Rotation:
-        """Empty the oldest generation of ``jobs`` if it can be locked at once and holds
-        at most ``cap`` live rows, copying them into the current one first (one
-        transaction; nothing is lost whatever it returns). Safe to call from any number
-        of processes: each call rotates at most the one generation the clock names."""
-        if not cap >= 0:
-            raise ValueError(f"cap must be a number of rows >= 0, not {cap!r}")
-        row = self._one("rotate_generation", {"cap": int(cap)})
+    def rotate_generation(
+        self, cap: int = ROTATION_CAP, small_bytes: int = ROTATION_SMALL
+    ) -> Rotation:
+        """Empty the oldest generation of ``jobs`` if it holds more than ``small_bytes`` bytes,
+        can be locked at once and holds at most ``cap`` live rows, copying them into the
+        current one first (one transaction; nothing is lost whatever it returns). Safe to
+        call from any number of processes: each call rotates at most the one generation
+        the clock names."""
+        for name, value in (("cap", cap), ("small_bytes", small_bytes)):
+            if not (isinstance(value, int) and value >= 0):
+                raise ValueError(f"{name} must be a whole number >= 0, not {value!r}")
+        row = self._one("rotate_generation", {"cap": cap, "small_bytes": small_bytes})
         assert row is not None
         return Rotation(str(row["outcome"]), int(row["moved"]))

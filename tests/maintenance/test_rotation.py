@@ -14,6 +14,7 @@ import pytest
 from kombu import Connection
 
 from kombu_alkstore.maintenance import LEASE
+from kombu_alkstore.store import NewJob
 from tests.helpers import consumer_in_hub, run_until, wait_for
 
 
@@ -41,7 +42,10 @@ def test_the_lease_holders_loop_rotates_and_another_worker_does_not(target):
         run_until(other_hub, lambda: other.transport.claims.in_flight() == 0)
         assert not other.transport.rotator.running  # it does not hold the lease
 
-        jid = store.enqueue("held", b"x", run_at=store.now() + 3600)  # stays live
+        # More than a page (ROTATION_SMALL), in one generation (one statement's time);
+        # delayed, so they stay live.
+        later = store.now() + 3600
+        jid, *_ = store.enqueue_many([NewJob("held", b"x" * 200, run_at=later)] * 60)
         (gen,) = admin.execute(f"SELECT gen FROM {jobs} WHERE id = %s", (jid,)).fetchone()
 
         def moved() -> bool:
@@ -56,8 +60,8 @@ def test_the_lease_holders_loop_rotates_and_another_worker_does_not(target):
 @pytest.mark.parametrize("engine", ["postgresql"])
 def test_a_publish_nudges_the_idle_holders_rotations(target):
     """On an idle store the holder's rotations wait longer each time (1, 2, 4, 8 s...);
-    a publish to its queue wakes its loop, which brings the next rotation at once: it
-    finds a generation holding a row and the rotations are a second apart again."""
+    a publish to its queue wakes its loop, which brings the next rotation at once, and
+    once a generation holds more than a page they are a second apart again."""
     with consumer_in_hub(target) as (conn, _, got, hub):
         transport = conn.transport
         store = transport.store
@@ -74,12 +78,13 @@ def test_a_publish_nudges_the_idle_holders_rotations(target):
         wait_for(lambda: len(rotated) >= 3, 15)  # idle: about 1, 3 and 7 s in
         assert [o for _, o in rotated] == ["idle"] * 3, rotated
         time.sleep(0.5)  # the next one is 8 s away
-        with Connection(target.broker_url, transport_options=target.transport_options) as p:
-            p.SimpleQueue("q").put({"n": 1})
         published = time.monotonic()
-        run_until(hub, lambda: got and len(rotated) >= 5, timeout=4)
+        with Connection(target.broker_url, transport_options=target.transport_options) as p:
+            queue = p.SimpleQueue("q")
+            for n in range(60):  # more than a page (ROTATION_SMALL): worth rotating
+                queue.put({"n": n, "pad": "x" * 200})
+        run_until(hub, lambda: len(got) == 60 and "empty" in [o for _, o in rotated[3:]], 4)
         assert rotated[3][0] - published < 1.0, rotated  # at once, not 8 s later
-        assert [o for _, o in rotated[3:5]] == ["empty", "empty"], rotated  # 1 s apart
 
 
 @pytest.mark.parametrize("engine", ["sqlite"])

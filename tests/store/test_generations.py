@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from kombu_alkstore.store import ROTATION_CAP, NewJob
+from kombu_alkstore.store import ROTATION_CAP, ROTATION_SMALL, NewJob
 from kombu_alkstore.store.limits import KEY_HEADER
 from tests.helpers import table_pages
 from tests.store.test_concurrency import _PRELUDE, run_together
@@ -25,12 +25,15 @@ from tests.store.test_concurrency import _PRELUDE, run_together
 ROUNDS = 10.5
 
 
-def rotate_for(store: Any, seconds: float, every: float = 0.25) -> list[tuple[str, int]]:
-    """Rotate every ``every`` seconds for ``seconds``; each rotation's (outcome, moved)."""
+def rotate_for(
+    store: Any, seconds: float, every: float = 0.25, small_bytes: int = 0
+) -> list[tuple[str, int]]:
+    """Rotate every ``every`` seconds for ``seconds``, generations of any size (``small_bytes``
+    0: these tests' few jobs fit in a page); each rotation's (outcome, moved)."""
     done = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        r = store.rotate_generation()
+        r = store.rotate_generation(small_bytes=small_bytes)
         done.append((r.outcome, r.moved))
         time.sleep(every)
     return done
@@ -115,6 +118,23 @@ def test_a_generation_a_transaction_holds_is_not_truncated(pg_target):
         assert ("busy", 0) in done, done
         caller.commit()
         assert sorted(d.body for d in store.claim(["q"], 5)) == [b"first", b"open"]
+
+
+def test_a_generation_of_a_page_or_less_is_not_rotated(pg_target):
+    """A few live jobs (delayed ones on an idle store) fit in a page: no rotation moves
+    them (each TRUNCATE makes every session plan again, for next to nothing freed), and
+    the store counts as idle, so the holder's rotations wait longer; bad values are
+    refused by name."""
+    with pg_target.open() as store, psycopg.connect(pg_target.url, autocommit=True) as conn:
+        later = store.now() + 3600
+        store.enqueue_many([NewJob("q", b"later", run_at=later) for _ in range(3)])
+        before = generations(conn, store)
+        done = rotate_for(store, ROUNDS, small_bytes=ROTATION_SMALL)
+        assert {o for o, _ in done} == {"idle"}, done
+        assert generations(conn, store) == before
+        for bad in ({"cap": -1}, {"small_bytes": -1}, {"small_bytes": 1.5}, {"cap": "2000"}):
+            with pytest.raises(ValueError, match=next(iter(bad))):
+                store.rotate_generation(**bad)
 
 
 def test_dead_rows_behind_a_pinned_horizon_are_freed(pg_target):

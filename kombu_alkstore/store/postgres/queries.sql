@@ -1300,7 +1300,7 @@ WHERE i.inhparent = '{jobs}'::regclass
 -- name: rotate_generation
 -- One rotation of jobs' generations (migration 0017; store/generations.py): what it did
 -- and how many live rows it copied forward.
-SELECT outcome, moved FROM {rotate_generation}(%(cap)s::int)
+SELECT outcome, moved FROM {rotate_generation}(%(cap)s::int, %(small_bytes)s::int)
 
 -- name: jobs_analyze
 -- The planner's statistics of jobs' generations gathered anew (every session plans

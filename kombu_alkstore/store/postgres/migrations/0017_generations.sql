@@ -147,12 +147,14 @@ END $migration$
 -- waiting three times, then waited for at most 50 ms (a waiting lock queues every claim
 -- behind it); a generation it cannot lock, or holding more than "cap" live rows (a
 -- backlog or delayed jobs, copied again every rotation), is left as it is: nothing is
--- lost, its dead rows only wait for a later rotation or VACUUM. Runs as its owner, the
--- role that may TRUNCATE. Returns what it did: idle (every generation empty), empty
--- (the oldest is), busy (not locked), kept (over cap) or rotated.
+-- lost, its dead rows only wait for a later rotation or VACUUM. A generation of at most
+-- small_bytes (a page by default: a few live jobs, delayed ones, on an idle store) is
+-- not worth a TRUNCATE, which makes every session plan its statements again. Runs as
+-- its owner, the role that may TRUNCATE. Returns what it did: idle (every generation
+-- that small), empty (the oldest is), busy (not locked), kept (over cap) or rotated.
 DO $migration$ BEGIN
-CREATE OR REPLACE FUNCTION {schema}.rotate_generation(cap INT, OUT outcome TEXT,
-                                                     OUT moved INT)
+CREATE OR REPLACE FUNCTION {schema}.rotate_generation(cap INT, small_bytes INT DEFAULT 8192,
+                                                     OUT outcome TEXT, OUT moved INT)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   parts REGCLASS[] := ARRAY['{schema}.jobs_g0', '{schema}.jobs_g1', '{schema}.jobs_g2',
@@ -165,8 +167,8 @@ BEGIN
   -- No lock is waited for longer than this, so a rotation never holds a DDL (a DROP, a
   -- migration) in a deadlock: it gives up first, as "busy".
   PERFORM set_config('lock_timeout', '50ms', true);
-  IF pg_relation_size(oldest) = 0 THEN
-    outcome := CASE WHEN (SELECT sum(pg_relation_size(p)) FROM unnest(parts) p) = 0
+  IF pg_relation_size(oldest) <= small_bytes THEN
+    outcome := CASE WHEN (SELECT max(pg_relation_size(p)) FROM unnest(parts) p) <= small_bytes
                     THEN 'idle' ELSE 'empty' END;
     RETURN;
   END IF;
