@@ -44,7 +44,6 @@ class Rotator(WorkerThread):
         # is collected, and the thread ends with it.
         self._rotate = weakref.WeakMethod(rotate)
         self._longest = max(min(longest, IDLE_WAIT), ROTATION_INTERVAL)
-        self._nudged = threading.Event()
         #: The thread waits longer than ROTATION_INTERVAL (an idle store, or a failure).
         self._backed_off = False
 
@@ -53,24 +52,16 @@ class Rotator(WorkerThread):
         for every wake-up of the event loop (an attribute read while not backed off)."""
         if self._backed_off:
             self._backed_off = False
-            self._nudged.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._nudged.set()  # out of its wait at once
-        super().stop()
+            self.wake()
 
     def _starting(self) -> None:
-        self._nudged.clear()
         self._backed_off = False
 
     def _run(self, stop: threading.Event) -> None:
         wait = ROTATION_INTERVAL
         while True:
             self._backed_off = wait > ROTATION_INTERVAL
-            self._nudged.wait(wait)
-            self._nudged.clear()
-            if stop.is_set():
+            if self._wait(stop, wait):
                 return
             rotate = self._rotate()
             if rotate is None:

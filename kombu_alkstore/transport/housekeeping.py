@@ -27,7 +27,8 @@ from ..worker_thread import WorkerThread
 
 
 class Housekeeper(WorkerThread):
-    """Calls ``sweep()`` every ``interval`` seconds from its own thread, until stopped.
+    """Calls ``sweep()`` every ``interval`` seconds from its own thread, until stopped,
+    and at once after :meth:`wake` (an event loop took the lease).
 
     A sweep that raises is logged (a warning naming the error, every time) and the next
     one runs on schedule: a round cancelled by ``statement_timeout`` never stops
@@ -43,26 +44,9 @@ class Housekeeper(WorkerThread):
         # (with its store, pools and LISTEN connection); it ends once the transport goes.
         self._sweep = weakref.WeakMethod(sweep)
         self._interval = interval
-        self._woken = threading.Event()
-
-    def wake(self) -> None:
-        """Sweep now, not at the next interval (an event loop took the lease)."""
-        self._woken.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._woken.set()  # out of its wait at once
-        super().stop()
-
-    def _starting(self) -> None:
-        self._woken.clear()
 
     def _run(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            self._woken.wait(self._interval)
-            self._woken.clear()
-            if stop.is_set():
-                return
+        while not self._wait(stop, self._interval):
             sweep = self._sweep()
             if sweep is None:
                 return
