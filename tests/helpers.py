@@ -468,7 +468,7 @@ def parts_sum(conn: psycopg.Connection, table: str, expression: str) -> int:
 def table_pages(conn: psycopg.Connection, table: str) -> int:
     """The pages of ``table``'s heap (as written in SQL), its parts' summed (jobs'
     generations)."""
-    return parts_sum(conn, table, "pg_relation_size(relid)") // 8192
+    return parts_sum(conn, table, "pg_relation_size(relid) / current_setting('block_size')::int")
 
 
 def vacuum_analyze(conn: psycopg.Connection, table: str) -> None:
