@@ -262,6 +262,7 @@ def _window(
         reader_cpu=sum(v for p, v in delta.items() if p in reader_pids) / dt,
         scan_ms=1000 * percentile(sorted(scans), 50) if scans else None,
         vacuums=[r[1] for r in vacuumer.take()] if vacuumer else [],
+        truncates=sampler.truncates(),
         waits=collections.Counter(waits).most_common(2),
         cpu_now=cpu_now,
     )

@@ -244,6 +244,7 @@ class Sampler:
         self.schema, self.match = schema, match
         self.conn = psycopg.connect(url, autocommit=True, application_name="bench_sampler")
         self.pid = self.conn.info.backend_pid
+        self._files: dict[int, int] | None = None  # table → relfilenode, at the last look
 
     def tables(self) -> dict[str, tuple[int, int, int]]:
         """table → (n_dead_tup, n_live_tup, pg_total_relation_size); a table in parts
@@ -257,6 +258,19 @@ class Sampler:
             (self.schema,),
         ).fetchall()
         return {r[0]: (int(r[1]), int(r[2]), int(r[3])) for r in rows}
+
+    def truncates(self) -> int:
+        """Tables of the schema whose storage was replaced since the last call (a TRUNCATE:
+        alkstore's rotations of jobs' generations; pgmq truncates nothing)."""
+        rows = self.conn.execute(
+            "SELECT oid, relfilenode FROM pg_class "
+            "WHERE relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = %s) "
+            "AND relkind = 'r'",
+            (self.schema,),
+        ).fetchall()
+        now = dict(rows)
+        before, self._files = self._files or now, now
+        return sum(1 for oid, node in now.items() if before.get(oid, node) != node)
 
     def waits(self, exclude: list[int]) -> list[str]:
         rows = self.conn.execute(

@@ -35,6 +35,7 @@ class Window:
     reader_cpu: float  # cores: the pressure sessions' backends
     scan_ms: float | None  # readers' median scan time
     vacuums: list[str] = field(default_factory=list)
+    truncates: int = 0  # tables truncated in the window (alkstore: rotations)
     waits: list[tuple[str, int]] = field(default_factory=list)
     cpu_now: dict[int, float] = field(default_factory=dict)
 
@@ -104,7 +105,7 @@ def window_header() -> str:
     return (
         f"{'t':>6} {'phase':<8} {'offer/s':>7} {'done/s':>6} {'p50ms':>6} {'p99ms':>7} "
         f"{'backlog':>7} {'lag s':>5} {'MB':>6} {'pgCPU':>5} {'brkCPU':>6} {'rdCPU':>5} "
-        f"{'scanms':>6}  dead (top tables); waits; vacuums"
+        f"{'scanms':>6} {'trunc':>5}  dead (top tables); waits; vacuums"
     )
 
 
@@ -114,7 +115,7 @@ def print_window(w: Window) -> None:
     print(
         f"{w.end:6.0f} {w.phase:<8} {w.offered:7.1f} {w.done:6.1f} {_fmt(w.p50, '.1f'):>6} "
         f"{_fmt(w.p99, '.1f'):>7} {w.backlog:7d} {w.lag:5.2f} {mb:6.1f} {w.pg_cpu:5.2f} "
-        f"{w.broker_cpu:6.2f} {w.reader_cpu:5.2f} {_fmt(w.scan_ms, '.1f'):>6}  "
+        f"{w.broker_cpu:6.2f} {w.reader_cpu:5.2f} {_fmt(w.scan_ms, '.1f'):>6} {w.truncates:5d}  "
         f"{_top_tables(w.tables)}; {waits or '-'}; {' '.join(w.vacuums) or '-'}",
         flush=True,
     )
@@ -173,6 +174,7 @@ def summarize(result: dict, args) -> dict:
             "scan_ms": (scans[0], scans[-1]) if scans else None,
             "waits": sorted(waits.items(), key=lambda kv: -kv[1])[:3],
             "vacuums": sum(len(w["vacuums"]) for w in ws),
+            "truncates": sum(w.get("truncates", 0) for w in ws),
         }
     if "baseline" in out:
         out["recovered_after"] = _recovered_after(windows, out["baseline"], args.rate)
@@ -221,6 +223,15 @@ def summary_markdown(results: list[dict], args) -> str:
         if pr.get("waits"):
             extra.append(
                 "top waits under pressure: " + ", ".join(f"{k} {n}" for k, n in pr["waits"])
+            )
+        if any(s.get(phase, {}).get("truncates") for phase in PHASES):
+            extra.append(
+                "tables truncated (rotations) per phase: "
+                + ", ".join(
+                    f"{phase} {s[phase]['truncates']:,} in {s[phase]['seconds']:.0f} s"
+                    for phase in PHASES
+                    if phase in s
+                )
             )
         if pr.get("lag_max"):
             extra.append(f"publisher's max lag {pr['lag_max']:.2f} s")

@@ -10,6 +10,7 @@ rotate for about ten seconds. The counts are of rows and pages, never of time.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
@@ -118,6 +119,45 @@ def test_a_generation_a_transaction_holds_is_not_truncated(pg_target):
         assert ("busy", 0) in done, done
         caller.commit()
         assert sorted(d.body for d in store.claim(["q"], 5)) == [b"first", b"open"]
+
+
+def test_a_rotation_never_waits_for_a_lock_a_reader_holds(pg_target):
+    """A REPEATABLE READ reader of jobs holds a lock on every generation until its
+    transaction ends. A rotation waiting for its lock would queue every claim, publish and
+    ack behind it, so it only tries (busy): no lock request of it is ever seen waiting. Once
+    the reader is gone, the next rotation has the lock."""
+    with (
+        pg_target.open() as store,
+        psycopg.connect(pg_target.url, autocommit=True) as conn,
+        psycopg.connect(pg_target.url) as reader,
+    ):
+        jobs = store.names["jobs"]
+        for gen in range(4):  # a page in every generation: each rotation tries its lock
+            conn.execute(
+                f"INSERT INTO {jobs} (queue, body, run_at, max_attempts, visibility_timeout, "
+                "backoff_base, created_at, gen) VALUES ('q', 'g', 0, 3, 300, 5, 0, %s)",
+                (gen,),
+            )
+        reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        reader.execute(f"SELECT count(*) FROM {jobs}").fetchone()
+        done: list[tuple[str, int]] = []
+        rotations = threading.Thread(target=lambda: done.extend(rotate_for(store, 2, 0.01)))
+        rotations.start()
+        waiting = 0
+        while rotations.is_alive():
+            (n,) = conn.execute(
+                "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                "WHERE NOT l.granted AND c.relnamespace = %s::regnamespace",
+                (pg_target.schema,),
+            ).fetchone()
+            waiting += n
+            time.sleep(0.002)
+        rotations.join()
+        assert waiting == 0
+        assert done and {o for o, _ in done} == {"busy"}, done
+        reader.commit()
+        r = store.rotate_generation(small_bytes=0)
+        assert (r.outcome, r.moved) == ("rotated", 1)
 
 
 def test_a_generation_of_a_page_or_less_is_not_rotated(pg_target):

@@ -143,9 +143,10 @@ END $migration$
 
 -- name: rotate_generation
 -- One rotation: the generation current next (the oldest) emptied, its live rows copied
--- into the current one with their ids, in one transaction. Its lock is tried without
--- waiting three times, then waited for at most 50 ms (a waiting lock queues every claim
--- behind it); a generation it cannot lock, or holding more than "cap" live rows (a
+-- into the current one with their ids, in one transaction. Its lock is only ever tried
+-- without waiting, five times over 30 ms: a lock request that waits queues every claim,
+-- publish and ack behind it (a REPEATABLE READ reader holds its lock for as long as its
+-- transaction lasts). A generation it cannot lock, or holding more than "cap" live rows (a
 -- backlog or delayed jobs, copied again every rotation), is left as it is: nothing is
 -- lost, its dead rows only wait for a later rotation or VACUUM. A generation of at most
 -- small_bytes (a page by default: a few live jobs, delayed ones, on an idle store) is
@@ -164,8 +165,8 @@ DECLARE
   tries INT := 0;
 BEGIN
   moved := 0;
-  -- No lock is waited for longer than this, so a rotation never holds a DDL (a DROP, a
-  -- migration) in a deadlock: it gives up first, as "busy".
+  -- No other lock (the parent's, a key's) is waited for longer than this, so a rotation
+  -- never holds a DDL (a DROP, a migration) in a deadlock: it gives up first, as "busy".
   PERFORM set_config('lock_timeout', '50ms', true);
   IF pg_relation_size(oldest) <= small_bytes THEN
     outcome := CASE WHEN (SELECT max(pg_relation_size(p)) FROM unnest(parts) p) <= small_bytes
@@ -174,19 +175,15 @@ BEGIN
   END IF;
   LOOP
     BEGIN
-      IF tries < 3 THEN
-        EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT', oldest);
-      ELSE
-        EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', oldest);
-      END IF;
+      EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT', oldest);
       EXIT;
     EXCEPTION WHEN lock_not_available THEN
       tries := tries + 1;
-      IF tries > 3 THEN
+      IF tries = 5 THEN
         outcome := 'busy';
         RETURN;
       END IF;
-      PERFORM pg_sleep(0.002);
+      PERFORM pg_sleep(0.002 * 2 ^ (tries - 1));  -- 2, 4, 8, 16 ms
     END;
   END LOOP;
   EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM %s LIMIT $1) AS live', oldest)
