@@ -153,5 +153,8 @@ def test_statements_read_a_handful_when_analyze_found_jobs_empty(pg_target, mode
             key: jobs_buffers(explain, store._sql[key], store._params(params), mode)
             for key, params in statements.items()
         }
-        assert all(n <= 30 for n in read.values()), sorted(read.items())
+        # (45, as above: a claim or a due check descends the claim index of each of the
+        # four generations, and the 1,000 rounds span one to four of them by the
+        # machine's speed; a slow machine's claim read 35)
+        assert all(n <= 45 for n in read.values()), sorted(read.items())
         assert store.ack([held]) == {held.id}
