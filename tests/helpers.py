@@ -24,6 +24,7 @@ from kombu.asynchronous import Hub
 
 import kombu_alkstore  # noqa: F401
 from kombu_alkstore.compat.celery import release_event_loop
+from kombu_alkstore.maintenance import LEASE
 from kombu_alkstore.store import NewJob
 
 if TYPE_CHECKING:
@@ -239,6 +240,13 @@ def sql_rows(target, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         return conn.execute(sql, params).fetchall()
     finally:
         conn.close()
+
+
+def lease_held_elsewhere(target) -> None:
+    """Another worker holds the maintenance lease (for 10 minutes): no worker or consumer
+    a test starts runs a maintenance round or rotates."""
+    with target.open() as store:
+        assert store.lease_acquire(LEASE, "another-worker", 600)
 
 
 @contextmanager

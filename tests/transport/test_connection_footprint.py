@@ -20,9 +20,15 @@ import uuid
 import psycopg
 import pytest
 
-from kombu_alkstore.maintenance import LEASE
 from tests.conftest import Target
-from tests.helpers import make_app, options_env, read_record, wait_for, worker_process
+from tests.helpers import (
+    lease_held_elsewhere,
+    make_app,
+    options_env,
+    read_record,
+    wait_for,
+    worker_process,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -53,8 +59,7 @@ def test_an_idle_worker_holds_two_connections(pg_target, tmp_path):
     target, name = _named(pg_target, "idle")
     env = options_env(pool_max_idle=1.0, polling_interval=2.0, sweep_interval=5.0)
     record = tmp_path / "record.tsv"
-    with pg_target.open() as store:
-        assert store.lease_acquire(LEASE, "another-worker", 600)
+    lease_held_elsewhere(pg_target)
     with worker_process(target, record, "-P", "prefork", "-c", "2", **env) as proc:
         wait_for(lambda: _connections(pg_target.url, name) >= 2, 60, interval=0.2)
         time.sleep(4)  # start-up (declares, mingle) is over; its pooled connection closes
@@ -70,8 +75,7 @@ def test_an_idle_worker_holds_two_connections(pg_target, tmp_path):
 
 def test_a_busy_worker_whose_tasks_do_not_publish_holds_two_connections(pg_target, tmp_path):
     """Every worker but the maintenance lease holder (here another holds the lease)."""
-    with pg_target.open() as store:
-        assert store.lease_acquire(LEASE, "another-worker", 600)
+    lease_held_elsewhere(pg_target)
     seen, extra = _busy(pg_target, tmp_path, "busy")
     assert max(seen) <= 2, f"connections seen while busy (every 0.05 s): {seen}; {extra}"
 
@@ -117,8 +121,7 @@ def test_a_worker_holding_claims_beats_on_its_claims_connection(pg_target, tmp_p
     their claims on its claims connection, opening no pooled connection for it, and each
     task runs once (a beat missed for 3 s would let a claim lapse and the task run again).
     (Another holds the lease: the holder rotates while claimed jobs are live.)"""
-    with pg_target.open() as store:
-        assert store.lease_acquire(LEASE, "another-worker", 600)
+    lease_held_elsewhere(pg_target)
     target, name = _named(pg_target, "beats")
     env = options_env(pool_max_idle=1.0, visibility_timeout=3.0)
     record = tmp_path / "record.tsv"

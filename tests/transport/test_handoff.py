@@ -25,10 +25,10 @@ from kombu import Queue as KQueue
 from kombu.asynchronous import Hub
 
 import kombu_alkstore
-from kombu_alkstore.maintenance import LEASE
 from tests.helpers import (
     consumer_in_hub,
     kill_group,
+    lease_held_elsewhere,
     make_app,
     read_record,
     run_until,
@@ -42,8 +42,7 @@ def idle_consumer(pg_target):
     """A consumer of "q" in a hub whose first claim found nothing: it has offered.
     Another worker holds the maintenance lease, so no round of this consumer's (its first
     comes as its loop starts) sweeps an offer while a test looks at it."""
-    with pg_target.open() as store:
-        assert store.lease_acquire(LEASE, "another-worker", 600)
+    lease_held_elsewhere(pg_target)
     with consumer_in_hub(pg_target, prefetch_count=2) as (conn, consumer, got, hub):
         run_until(hub, lambda: offers(pg_target) == [("q", 2)])
         yield conn, consumer, got, hub
