@@ -263,6 +263,7 @@ def _window(
         scan_ms=1000 * percentile(sorted(scans), 50) if scans else None,
         vacuums=[r[1] for r in vacuumer.take()] if vacuumer else [],
         truncates=sampler.truncates(),
+        catalog=sampler.catalog(),
         waits=collections.Counter(waits).most_common(2),
         cpu_now=cpu_now,
     )

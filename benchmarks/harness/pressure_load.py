@@ -272,6 +272,16 @@ class Sampler:
         before, self._files = self._files or now, now
         return sum(1 for oid, node in now.items() if before.get(oid, node) != node)
 
+    def catalog(self) -> tuple[int, int]:
+        """pg_class's dead rows and bytes in the broker's database: each TRUNCATE leaves
+        dead versions of its table's, indexes' and TOAST's rows, which only a VACUUM of
+        pg_class removes (autovacuum, or none on this machine's server)."""
+        dead, size = self.conn.execute(
+            "SELECT n_dead_tup, pg_total_relation_size(relid) FROM pg_stat_sys_tables "
+            "WHERE relname = 'pg_class'"
+        ).fetchone()
+        return int(dead), int(size)
+
     def waits(self, exclude: list[int]) -> list[str]:
         rows = self.conn.execute(
             "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') "

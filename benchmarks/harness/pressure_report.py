@@ -36,6 +36,7 @@ class Window:
     scan_ms: float | None  # readers' median scan time
     vacuums: list[str] = field(default_factory=list)
     truncates: int = 0  # tables truncated in the window (alkstore: rotations)
+    catalog: tuple[int, int] = (0, 0)  # pg_class's (dead rows, bytes) at the window's end
     waits: list[tuple[str, int]] = field(default_factory=list)
     cpu_now: dict[int, float] = field(default_factory=dict)
 
@@ -63,6 +64,9 @@ def cpu_by_pid() -> dict[int, float]:
     return out
 
 
+CATALOG_BLOAT = 100_000  # dead catalog rows past which a run's latency is not comparable
+
+
 def machine_note(args) -> str:
     """What the run stood on: CPUs, load, the server's version and vacuum settings."""
     try:
@@ -75,8 +79,13 @@ def machine_note(args) -> str:
                     "'max_connections', 'synchronous_commit')"
                 ).fetchall()
             )
+            catalogs = conn.execute(
+                "SELECT relname, n_dead_tup, pg_total_relation_size(relid) "
+                "FROM pg_stat_sys_tables WHERE relname IN ('pg_class', 'pg_attribute') "
+                "ORDER BY relname"
+            ).fetchall()
     except psycopg.Error as exc:
-        version, settings = f"unreachable ({exc})", {}
+        version, settings, catalogs = f"unreachable ({exc})", {}, []
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     vac = "on" if settings.get("autovacuum") == "on" else "OFF"
     lines = [
@@ -85,6 +94,16 @@ def machine_note(args) -> str:
         f"# PostgreSQL {version}: autovacuum = {vac}"
         + (" (dead tuples stay unless --vacuum-like-autovacuum)" if vac == "OFF" else "")
         + f"; settings {settings}",
+        "# catalogs: "
+        + ", ".join(
+            f"{name} {dead:,} dead rows ({size / 1e6:.1f} MB)" for name, dead, size in catalogs
+        )
+        + (
+            f" — BLOATED (over {CATALOG_BLOAT:,} dead rows): every backend's catalog lookups "
+            "are slower; VACUUM the catalogs for figures comparable with a fresh server"
+            if any(dead > CATALOG_BLOAT for _, dead, _ in catalogs)
+            else ""
+        ),
         f"# offered {args.rate:g} tasks/s; baseline {args.baseline:g} s, pressure "
         f"{args.hold:g} s, recovery {args.recovery:g} s, {args.window:g} s windows"
         + ("; VACUUM on autovacuum's thresholds" if args.vacuum_like_autovacuum else ""),
@@ -175,6 +194,7 @@ def summarize(result: dict, args) -> dict:
             "waits": sorted(waits.items(), key=lambda kv: -kv[1])[:3],
             "vacuums": sum(len(w["vacuums"]) for w in ws),
             "truncates": sum(w.get("truncates", 0) for w in ws),
+            "catalog_end": tuple(ws[-1].get("catalog", (0, 0))),
         }
     if "baseline" in out:
         out["recovered_after"] = _recovered_after(windows, out["baseline"], args.rate)
@@ -229,6 +249,16 @@ def summary_markdown(results: list[dict], args) -> str:
                 "tables truncated (rotations) per phase: "
                 + ", ".join(
                     f"{phase} {s[phase]['truncates']:,} in {s[phase]['seconds']:.0f} s"
+                    for phase in PHASES
+                    if phase in s
+                )
+            )
+        if any(s.get(phase, {}).get("catalog_end", (0, 0))[0] for phase in PHASES):
+            extra.append(
+                "pg_class at each phase's end: "
+                + ", ".join(
+                    f"{phase} {s[phase]['catalog_end'][0]:,} dead rows "
+                    f"({s[phase]['catalog_end'][1] / 1e6:.1f} MB)"
                     for phase in PHASES
                     if phase in s
                 )
