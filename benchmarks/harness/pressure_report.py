@@ -99,8 +99,8 @@ def machine_note(args) -> str:
             f"{name} {dead:,} dead rows ({size / 1e6:.1f} MB)" for name, dead, size in catalogs
         )
         + (
-            f" — BLOATED (over {CATALOG_BLOAT:,} dead rows): every backend's catalog lookups "
-            "are slower; VACUUM the catalogs for figures comparable with a fresh server"
+            f" — BLOATED (over {CATALOG_BLOAT:,} dead rows): lookups read through them while a "
+            "pin keeps them; VACUUM the catalogs for figures comparable with a fresh server"
             if any(dead > CATALOG_BLOAT for _, dead, _ in catalogs)
             else ""
         ),
