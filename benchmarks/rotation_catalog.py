@@ -13,22 +13,29 @@ without its clock) until ``--at`` rotations are done, and at each mark ``--sampl
 times: one more TRUNCATE, then a publish, a claim and an ack (the first after it), then
 the same again (steady). Prints the medians, then once more after the pin ends. 900
 rotations is 30 minutes of a busy store's (one every two seconds). A measurement, not an
-assertion (docs/benchmarks.md, "Rotations and the catalog behind a pin").
+assertion (docs/benchmarks.md, "A pinned xmin, 30 minutes at 500/s, on rotating
+generations").
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
+import sys
 import time
 import uuid
+from pathlib import Path
 
-import psycopg
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-from kombu_alkstore.store import NewJob, open_store
+import psycopg  # noqa: E402
 
-URL = os.environ.get("ALKSTORE_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
+from benchmarks.harness.brokers import PG_URL, drop_schema  # noqa: E402
+from benchmarks.harness.pressure_load import Holder, catalogs  # noqa: E402
+from kombu_alkstore.store import NewJob, open_store  # noqa: E402
+
 BODY = b"x" * 300
 
 
@@ -51,9 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     marks = [int(x) for x in args.at.split(",")]
     schema = "rc_" + uuid.uuid4().hex[:10]
-    store = open_store(URL, schema=schema, pool_max_size=1)
-    admin = psycopg.connect(URL, autocommit=True)
-    pin = psycopg.connect(URL)
+    store = open_store(PG_URL, schema=schema, pool_max_size=1)
+    admin = psycopg.connect(PG_URL, autocommit=True)
+    holder = None
     done = 0
 
     def truncate() -> None:
@@ -67,10 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             truncate()
             first.append(one_task(store))
             steady.append(one_task(store))
-        dead, size = admin.execute(
-            "SELECT n_dead_tup, pg_total_relation_size(relid) FROM pg_stat_sys_tables "
-            "WHERE relname = 'pg_class'"
-        ).fetchone()
+        dead, size = catalogs(admin)["pg_class"]
         f = [statistics.median(x) for x in zip(*first, strict=True)]
         s = [statistics.median(x) for x in zip(*steady, strict=True)]
         print(
@@ -83,18 +87,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for _ in range(20):  # every statement at its generic plan
             one_task(store)
-        pin.execute("SELECT txid_current()")  # holds an XID, idle in transaction
+        holder = Holder(PG_URL)  # holds an XID, idle in transaction
         for mark in marks:
             while done < mark:
                 truncate()
             measure(f"{done:5d} rotations under the pin")
-        pin.rollback()
+        holder.close()
         measure("the pin ended             ")
     finally:
-        pin.close()
+        if holder is not None:
+            holder.close()
         store.close()
-        admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         admin.close()
+        drop_schema(schema)
     return 0
 
 

@@ -165,6 +165,16 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def catalogs(conn: psycopg.Connection, names: tuple[str, ...] = ("pg_class",)) -> dict:
+    """System catalog → (dead rows, bytes) in ``conn``'s database."""
+    rows = conn.execute(
+        "SELECT relname, n_dead_tup, pg_total_relation_size(relid) FROM pg_stat_sys_tables "
+        "WHERE relname = ANY(%s) ORDER BY relname",
+        (list(names),),
+    ).fetchall()
+    return {name: (int(dead), int(size)) for name, dead, size in rows}
+
+
 # ------------------------------------------------------------------ pressure sessions
 class Holder:
     """``BEGIN; SELECT txid_current();`` then idle in transaction: pins the xmin horizon."""
@@ -276,11 +286,7 @@ class Sampler:
         """pg_class's dead rows and bytes in the broker's database: each TRUNCATE leaves
         dead versions of its table's, indexes' and TOAST's rows, which only a VACUUM of
         pg_class removes (autovacuum, or none on this machine's server)."""
-        dead, size = self.conn.execute(
-            "SELECT n_dead_tup, pg_total_relation_size(relid) FROM pg_stat_sys_tables "
-            "WHERE relname = 'pg_class'"
-        ).fetchone()
-        return int(dead), int(size)
+        return catalogs(self.conn)["pg_class"]
 
     def waits(self, exclude: list[int]) -> list[str]:
         rows = self.conn.execute(

@@ -11,6 +11,7 @@ from pathlib import Path
 import psycopg
 
 from .brokers import PG_URL
+from .pressure_load import catalogs
 from .session import percentile_or_none
 
 PHASES = ("baseline", "pressure", "recovery")
@@ -79,13 +80,9 @@ def machine_note(args) -> str:
                     "'max_connections', 'synchronous_commit')"
                 ).fetchall()
             )
-            catalogs = conn.execute(
-                "SELECT relname, n_dead_tup, pg_total_relation_size(relid) "
-                "FROM pg_stat_sys_tables WHERE relname IN ('pg_class', 'pg_attribute') "
-                "ORDER BY relname"
-            ).fetchall()
+            catalog = catalogs(conn, ("pg_attribute", "pg_class"))
     except psycopg.Error as exc:
-        version, settings, catalogs = f"unreachable ({exc})", {}, []
+        version, settings, catalog = f"unreachable ({exc})", {}, {}
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     vac = "on" if settings.get("autovacuum") == "on" else "OFF"
     lines = [
@@ -96,12 +93,13 @@ def machine_note(args) -> str:
         + f"; settings {settings}",
         "# catalogs: "
         + ", ".join(
-            f"{name} {dead:,} dead rows ({size / 1e6:.1f} MB)" for name, dead, size in catalogs
+            f"{name} {dead:,} dead rows ({size / 1e6:.1f} MB)"
+            for name, (dead, size) in catalog.items()
         )
         + (
             f" — BLOATED (over {CATALOG_BLOAT:,} dead rows): lookups read through them while a "
             "pin keeps them; VACUUM the catalogs for figures comparable with a fresh server"
-            if any(dead > CATALOG_BLOAT for _, dead, _ in catalogs)
+            if any(dead > CATALOG_BLOAT for dead, _ in catalog.values())
             else ""
         ),
         f"# offered {args.rate:g} tasks/s; baseline {args.baseline:g} s, pressure "
