@@ -10,7 +10,9 @@ cheap statement every 16 s for it. A wake-up of the holder's loop (a publish ann
 or handed off) nudges it out of such a wait, so rotations resume with the traffic; a
 holder that consumes none of the busy queues resumes them within 16 s. A rotation that
 fails is logged and the next one waits twice as long (store/generations.py: nothing is
-lost either way).
+lost either way). The transport's rotation also checks the hand-off's gate every
+:data:`HANDOFF_CHECK` seconds and VACUUMs the offers table past it
+(``Store.reopen_handoff``), so the hand-off a pin closed resumes within seconds of its end.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ logger = logging.getLogger("kombu_alkstore")
 ROTATION_INTERVAL = 1.0
 #: The longest wait between two rotations of an idle store (or one after a failure).
 IDLE_WAIT = 16.0
+#: Seconds between two checks of the hand-off's gate by the rotation's caller (the
+#: transport): after a pin, the hand-off resumes within about this long.
+HANDOFF_CHECK = 5.0
 
 
 class Rotator(WorkerThread):

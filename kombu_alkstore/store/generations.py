@@ -9,6 +9,11 @@ forward first, with their ids, in the same transaction, so nothing is lost and n
 claim, ack or heartbeat by id notices. The dead rows are then bounded by about eight
 seconds of traffic (docs/architecture.md, "Dead rows behind a pinned horizon").
 An engine that keeps no old row versions for readers (SQLite) has nothing to rotate.
+
+The same thread reopens the hand-off after a pin (:meth:`reopen_handoff`): behind it
+the offers table grows past its gate and publishes stop handing jobs off; nothing else
+would VACUUM it soon, as its registers then only withdraw (no new dead rows for
+autovacuum's threshold).
 """
 
 from __future__ import annotations
@@ -63,3 +68,16 @@ class GenerationRotation(Statements):
         row = self._one("rotate_generation", {"cap": cap, "small_bytes": small_bytes})
         assert row is not None
         return Rotation(str(row["outcome"]), int(row["moved"]))
+
+    def reopen_handoff(self) -> bool:
+        """VACUUM the offers table if it is past the hand-off's gate (PostgreSQL's
+        ``offers_open``: behind a pinned horizon its dead versions pile up and publishes
+        stop reading it); True when it ran one. Once the horizon has moved on, that VACUUM
+        removes them and truncates the emptied table, so the hand-off resumes; behind a
+        pin it frees nothing and costs a scan of a few pages. Skipped while the table's
+        lock is held, and by the server (a warning) for a role that does not own the
+        table. An engine without the gate never runs one."""
+        if not self._value("offers_closed"):
+            return False
+        self._run("offers_vacuum")
+        return True

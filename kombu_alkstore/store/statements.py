@@ -54,6 +54,8 @@ STATEMENTS = frozenset(
         "jobs_grown",
         "jobs_analyze",
         "rotate_generation",
+        "offers_closed",
+        "offers_vacuum",
         "rates_since",
         "rates_totals",
         "rates_trim",

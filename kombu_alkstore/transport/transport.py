@@ -17,7 +17,7 @@ from typing import Any
 from kombu.transport import virtual
 
 from ..errors import ConfigurationError
-from ..maintenance import LEASE, Maintenance, Rotator
+from ..maintenance import HANDOFF_CHECK, LEASE, Maintenance, Rotator
 from ..store import (
     Rotation,
     Store,
@@ -118,6 +118,8 @@ class Transport(virtual.Transport):
         self.housekeeper = Housekeeper(self.sweep, self.options.sweep_interval)
         #: The lease holder's rotation of jobs' generations (maintenance/rotator.py).
         self.rotator = Rotator(self._rotate, self.options.sweep_interval)
+        #: When the rotation thread last checked the hand-off's gate (monotonic clock).
+        self._handoff_checked = 0.0
         #: When the event loop last refreshed and took the lease on the claims connection.
         self._loop_swept = 0.0
         #: The loop took the lease: the housekeeping thread runs the round.
@@ -373,7 +375,13 @@ class Transport(virtual.Transport):
         store = self.store
         if store is None or self.lost or store.closed or not self.maintenance.holds:
             return None
-        return store.rotate_generation()
+        done = store.rotate_generation()
+        now = time.monotonic()
+        if now >= self._handoff_checked + HANDOFF_CHECK:
+            self._handoff_checked = now
+            if store.reopen_handoff():
+                logger.debug("alkstore: offers past the hand-off's gate, vacuumed")
+        return done
 
     def _loop_sweep(self) -> None:
         """The event loop's sweep, on the claims connection, answered later: refresh its

@@ -98,3 +98,51 @@ def test_an_engine_without_generations_starts_no_rotation(target):
         assert store.lease_holder(LEASE) == transport.maintenance.owner
         assert transport.maintenance.holds
         assert not transport.rotator.running
+
+
+@pytest.mark.parametrize("engine", ["postgresql"])
+def test_the_holder_reopens_the_handoff_a_pin_closed(target):
+    """Offers past the hand-off's gate (dead versions a pin kept; the pin since gone):
+    the lease holder's rotation thread VACUUMs the table within a few of its checks
+    (HANDOFF_CHECK), and nobody else does here (this machine's PostgreSQL runs with
+    autovacuum off). The consumer's next offer stands, and a publish is handed off."""
+    with (
+        consumer_in_hub(target) as (conn, _, got, hub),
+        psycopg.connect(target.url, autocommit=True) as admin,
+        psycopg.connect(target.url) as pin,
+    ):
+        transport = conn.transport
+        store = transport.store
+        offers = store.names["offers"]
+
+        def pages() -> int:
+            (n,) = admin.execute(
+                "SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int",
+                (offers,),
+            ).fetchone()
+            return int(n)
+
+        run_until(hub, lambda: transport.maintenance.holds)
+        wait_for(lambda: transport.rotator.running, 10)
+        pin.execute("SELECT txid_current()")  # holds an XID, idle in transaction
+        admin.execute(f"INSERT INTO {offers} (pid, chan, queues, slots) VALUES (0, 0, '{{}}', 0)")
+        for i in range(1500):  # each UPDATE's old version stays behind the pin
+            admin.execute(f"UPDATE {offers} SET slots = %s WHERE pid = 0", (i,))
+        admin.execute(f"DELETE FROM {offers} WHERE pid = 0")
+        assert pages() > 8
+        pin.rollback()
+
+        started = time.monotonic()
+        run_until(hub, lambda: pages() <= 8, 60)  # the gate's size: open
+        took = time.monotonic() - started
+        print(f"\nthe holder reopened the hand-off {took:.1f} s after the pin")
+        with Connection(target.broker_url, transport_options=target.transport_options) as p:
+            queue = p.SimpleQueue("q")
+            queue.put({"n": 1})  # announced and claimed; acked, the slot is offered again
+            run_until(hub, lambda: len(got) == 1)
+            got[0].ack()
+            run_until(hub, lambda: admin.execute(f"SELECT 1 FROM {offers}").fetchone())
+            queue.put({"n": 2})
+        (state,) = admin.execute(f"SELECT state FROM {store.names['jobs']}").fetchone()
+        assert state == "processing"  # claimed for the offer inside its INSERT
+        run_until(hub, lambda: len(got) == 2)

@@ -65,6 +65,18 @@ def register(session, waiter, slots: int) -> None:
     session.wait()
 
 
+def close_the_gate(session, waiter, admin: psycopg.Connection, schema: str) -> None:
+    """Re-register an offer (each an UPDATE whose old version a pin, held by the caller,
+    keeps) until the table is past the gate and the register withdraws it."""
+    for i in range(20_000):
+        register(session, waiter, 1 + i % 2)
+        if not offer_rows(admin, schema):
+            break  # the gate closed: the register withdrew the offer
+    else:
+        raise AssertionError(f"offers grew to {offers_pages(admin, schema)} pages")
+    assert offers_pages(admin, schema) > 8
+
+
 def test_a_bloated_offers_table_is_not_read_by_publishes_until_vacuumed(pg_target):
     """Offers re-registered behind a pinned horizon grow the table; once past the gate
     a register withdraws its offer and a publish neither reads the table nor hands off
@@ -85,13 +97,7 @@ def test_a_bloated_offers_table_is_not_read_by_publishes_until_vacuumed(pg_targe
             assert 0 < small <= 4, small  # its page and its key's index pages
 
             pin.execute("SELECT txid_current()")  # holds an XID, idle in transaction
-            for i in range(20_000):  # each an UPDATE whose old version the pin keeps
-                register(session, waiter, 1 + i % 2)
-                if not offer_rows(admin, schema):
-                    break  # the gate closed: the register withdrew the offer
-            else:
-                raise AssertionError(f"offers grew to {offers_pages(admin, schema)} pages")
-            assert offers_pages(admin, schema) > 8
+            close_the_gate(session, waiter, admin, schema)
             assert offers_buffers(explain, store, "q") == 0  # the table is not read
 
             waiter.poll()
@@ -105,6 +111,50 @@ def test_a_bloated_offers_table_is_not_read_by_publishes_until_vacuumed(pg_targe
             # The horizon moves on: VACUUM truncates the emptied table, the gate opens.
             pin.rollback()
             vacuumed_away(admin, schema)
+            register(session, waiter, 1)
+            assert len(offer_rows(admin, schema)) == 1
+            waiter.poll()
+            handed = store.enqueue("q", b"handed")
+            wake = waiter.wait(PATIENCE)
+            [(chan, delivery)] = wake.handoffs
+            assert (chan, delivery.id) == (7, handed)
+            assert store.ack([delivery]) == {handed}
+        finally:
+            session.close()
+            waiter.close()
+
+
+def test_the_holders_check_reopens_the_handoff_once_the_horizon_moves_on(pg_target):
+    """``Store.reopen_handoff`` (the maintenance lease holder's check, every few seconds):
+    nothing while the gate is open; past it a VACUUM each call, which frees nothing behind
+    the pin and, once the horizon moved on, truncates the emptied table, so the hand-off
+    is back without anyone else's VACUUM (autovacuum may not come: registers that only
+    withdraw leave no new dead rows to reach its threshold)."""
+    schema = pg_target.schema
+    with (
+        pg_target.open() as store,
+        psycopg.connect(pg_target.url, autocommit=True) as admin,
+        psycopg.connect(pg_target.url) as pin,
+    ):
+        waiter, session = store.waiter(), store.session()
+        try:
+            register(session, waiter, 1)
+            assert store.reopen_handoff() is False  # open: nothing to do
+
+            pin.execute("SELECT txid_current()")
+            close_the_gate(session, waiter, admin, schema)
+            pages = offers_pages(admin, schema)
+            assert store.reopen_handoff() is True
+            assert offers_pages(admin, schema) == pages  # the pin keeps every version
+            register(session, waiter, 1)
+            assert offer_rows(admin, schema) == []  # still closed: withdrawn
+
+            pin.rollback()
+            end = time.monotonic() + HORIZON_PATIENCE  # other tests' sessions may pin it
+            while store.reopen_handoff():
+                assert time.monotonic() < end, admin.execute(HOLDERS).fetchall()
+                time.sleep(0.5)
+            assert offers_pages(admin, schema) <= 8  # the gate's size: open
             register(session, waiter, 1)
             assert len(offer_rows(admin, schema)) == 1
             waiter.poll()

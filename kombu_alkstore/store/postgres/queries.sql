@@ -1302,6 +1302,17 @@ WHERE i.inhparent = '{jobs}'::regclass
 -- and how many live rows it copied forward.
 SELECT outcome, moved FROM {rotate_generation}(%(cap)s::int, %(small_bytes)s::int)
 
+-- name: offers_closed
+-- The hand-off's gate is closed: the offers table is past offers_open's size
+-- (store/generations.py, reopen_handoff).
+SELECT NOT {offers_open} AS closed
+
+-- name: offers_vacuum
+-- Its dead versions removed where the horizon allows, and the emptied table truncated
+-- (registers withdraw while the gate is closed). Skipped at once if its lock is held; a
+-- role that does not own the table is skipped by the server (a warning).
+VACUUM (SKIP_LOCKED) {offers}
+
 -- name: jobs_analyze
 -- The planner's statistics of jobs' generations gathered anew (every session plans
 -- again). Only of those holding pages: one analyzed empty is planned as empty, by a

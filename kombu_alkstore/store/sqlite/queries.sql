@@ -968,6 +968,14 @@ SELECT 1
 -- SQLite's jobs is one table: a deleted row's space is free at once (store/generations.py).
 SELECT 'off' AS outcome, 0 AS moved
 
+-- name: offers_closed
+-- SQLite hands nothing off through a table: there is no gate to reopen.
+SELECT 0 AS closed
+
+-- name: offers_vacuum
+-- Never run (offers_closed is never true here).
+SELECT 1
+
 
 -- Rate limits (migration 0010, store/rates.py, docs/flow-control.md "Rate limits").
 
