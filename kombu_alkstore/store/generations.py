@@ -75,8 +75,8 @@ class GenerationRotation(Statements):
         stop reading it); True when it ran one. Once the horizon has moved on, that VACUUM
         removes them and truncates the emptied table, so the hand-off resumes; behind a
         pin it frees nothing and costs a scan of a few pages. Skipped while the table's
-        lock is held, and by the server (a warning) for a role that does not own the
-        table. An engine without the gate never runs one."""
+        lock is held; never run by a role that does not own the table (autovacuum's to
+        do then). An engine without the gate never runs one."""
         if not self._value("offers_closed"):
             return False
         self._run("offers_vacuum")

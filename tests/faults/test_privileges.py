@@ -251,3 +251,21 @@ def test_a_role_assumed_in_the_url_options_holds_for_every_connection(pg_target,
             f'DROP OWNED BY "{group}"',
             f'DROP ROLE "{group}"',
         )
+
+
+def test_only_the_offers_tables_owner_vacuums_it_to_reopen_the_handoff(pg_target, role):
+    """The lease holder's check of the hand-off's gate (``Store.reopen_handoff``) VACUUMs
+    a table past it only as its owner: a runtime role's VACUUM would be skipped by the
+    server with a warning, every few seconds for as long as the gate stays closed."""
+    made_by_admin(pg_target)
+    grant_dml(pg_target, role)
+    offers = f'"{pg_target.schema}".offers'
+    admin(  # past the gate: pages of deleted rows, never vacuumed
+        pg_target,
+        f"INSERT INTO {offers} SELECT g, 0, '{{}}', 0 FROM generate_series(1, 3000) g",
+        f"DELETE FROM {offers}",
+    )
+    with open_store(as_role(pg_target, role).url, schema=pg_target.schema, setup=False) as s:
+        assert s.reopen_handoff() is False
+    with open_store(pg_target.url, schema=pg_target.schema) as store:
+        assert store.reopen_handoff() is True

@@ -1303,14 +1303,15 @@ WHERE i.inhparent = '{jobs}'::regclass
 SELECT outcome, moved FROM {rotate_generation}(%(cap)s::int, %(small_bytes)s::int)
 
 -- name: offers_closed
--- The hand-off's gate is closed: the offers table is past offers_open's size
--- (store/generations.py, reopen_handoff).
-SELECT NOT {offers_open} AS closed
+-- The hand-off's gate is closed (the offers table is past offers_open's size) and this
+-- role may VACUUM the table: it owns it (store/generations.py, reopen_handoff).
+SELECT NOT {offers_open}
+       AND pg_has_role((SELECT relowner FROM pg_class
+                        WHERE oid = %(offers_rel)s::regclass), 'MEMBER') AS closed
 
 -- name: offers_vacuum
 -- Its dead versions removed where the horizon allows, and the emptied table truncated
--- (registers withdraw while the gate is closed). Skipped at once if its lock is held; a
--- role that does not own the table is skipped by the server (a warning).
+-- (registers withdraw while the gate is closed). Skipped at once if its lock is held.
 VACUUM (SKIP_LOCKED) {offers}
 
 -- name: jobs_analyze
