@@ -6,6 +6,7 @@ Every subprocess runs in its own session and is killed in ``finally``.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import json
 import subprocess
 import sys
@@ -38,10 +39,25 @@ def _queued_by_schedule(store) -> dict[str, list[float]]:
     return found
 
 
-def test_three_beats_crontab_and_every_leader_killed_before_a_cron_boundary(target, tmp_path):
+def test_three_beats_crontab_and_every_leader_killed_before_a_cron_boundary(
+    pg_target, sqlite_target, tmp_path
+):
     """Three beats, a ``crontab(minute="*")`` in Australia/Lord_Howe (a half-hour zone) and
     ``@every 1s``; the lease holder is killed with SIGKILL 1.5 s before a minute boundary,
-    so that boundary falls in the failover. Every boundary of both fired exactly once."""
+    so that boundary falls in the failover. Every boundary of both fired exactly once.
+    Both engines at once, each with its own three beats: the wait for a minute boundary
+    (up to a minute) is spent once."""
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = [
+            pool.submit(_leader_killed_before_a_cron_boundary, t, tmp_path / t.engine)
+            for t in (pg_target, sqlite_target)
+        ]
+        for run in runs:  # each ran to its end, its beats killed, whatever the other did
+            run.result()
+
+
+def _leader_killed_before_a_cron_boundary(target, tmp_path) -> None:
+    tmp_path.mkdir()
     record, store = tmp_path / "record", target.open()
     logs = [tmp_path / f"beat{i}.log" for i in range(3)]
     env = dict(
