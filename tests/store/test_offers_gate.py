@@ -77,6 +77,18 @@ def close_the_gate(session, waiter, admin: psycopg.Connection, schema: str) -> N
     assert offers_pages(admin, schema) > 8
 
 
+def handed_off_again(store, session, waiter, admin: psycopg.Connection, schema: str) -> None:
+    """The gate is open: an offer registered stands, and a publish is handed to it."""
+    register(session, waiter, 1)
+    assert len(offer_rows(admin, schema)) == 1
+    waiter.poll()
+    handed = store.enqueue("q", b"handed")
+    wake = waiter.wait(PATIENCE)
+    [(chan, delivery)] = wake.handoffs
+    assert (chan, delivery.id) == (7, handed)
+    assert store.ack([delivery]) == {handed}
+
+
 def test_a_bloated_offers_table_is_not_read_by_publishes_until_vacuumed(pg_target):
     """Offers re-registered behind a pinned horizon grow the table; once past the gate
     a register withdraws its offer and a publish neither reads the table nor hands off
@@ -111,14 +123,7 @@ def test_a_bloated_offers_table_is_not_read_by_publishes_until_vacuumed(pg_targe
             # The horizon moves on: VACUUM truncates the emptied table, the gate opens.
             pin.rollback()
             vacuumed_away(admin, schema)
-            register(session, waiter, 1)
-            assert len(offer_rows(admin, schema)) == 1
-            waiter.poll()
-            handed = store.enqueue("q", b"handed")
-            wake = waiter.wait(PATIENCE)
-            [(chan, delivery)] = wake.handoffs
-            assert (chan, delivery.id) == (7, handed)
-            assert store.ack([delivery]) == {handed}
+            handed_off_again(store, session, waiter, admin, schema)
         finally:
             session.close()
             waiter.close()
@@ -155,14 +160,7 @@ def test_the_holders_check_reopens_the_handoff_once_the_horizon_moves_on(pg_targ
                 assert time.monotonic() < end, admin.execute(HOLDERS).fetchall()
                 time.sleep(0.5)
             assert offers_pages(admin, schema) <= 8  # the gate's size: open
-            register(session, waiter, 1)
-            assert len(offer_rows(admin, schema)) == 1
-            waiter.poll()
-            handed = store.enqueue("q", b"handed")
-            wake = waiter.wait(PATIENCE)
-            [(chan, delivery)] = wake.handoffs
-            assert (chan, delivery.id) == (7, handed)
-            assert store.ack([delivery]) == {handed}
+            handed_off_again(store, session, waiter, admin, schema)
         finally:
             session.close()
             waiter.close()
