@@ -52,7 +52,8 @@ class Rotation:
 
 
 class GenerationRotation(Statements):
-    """:meth:`rotate_generation`, a part of :class:`~.interface.Store`."""
+    """:meth:`rotate_generation` and :meth:`reopen_handoff`, parts of
+    :class:`~.interface.Store`."""
 
     def rotate_generation(
         self, cap: int = ROTATION_CAP, small_bytes: int = ROTATION_SMALL

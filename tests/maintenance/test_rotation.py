@@ -15,7 +15,7 @@ from kombu import Connection
 
 from kombu_alkstore.maintenance import LEASE
 from kombu_alkstore.store import NewJob
-from tests.helpers import consumer_in_hub, run_until, wait_for
+from tests.helpers import consumer_in_hub, run_until, table_pages, wait_for
 
 
 @pytest.mark.parametrize("engine", ["postgresql"])
@@ -116,11 +116,7 @@ def test_the_holder_reopens_the_handoff_a_pin_closed(target):
         offers = store.names["offers"]
 
         def pages() -> int:
-            (n,) = admin.execute(
-                "SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int",
-                (offers,),
-            ).fetchone()
-            return int(n)
+            return table_pages(admin, offers)
 
         run_until(hub, lambda: transport.maintenance.holds)
         wait_for(lambda: transport.rotator.running, 10)

@@ -16,7 +16,7 @@ import time
 import psycopg
 
 from kombu_alkstore.store import NewJob
-from tests.helpers import explained_plan, scans_buffers
+from tests.helpers import explained_plan, scans_buffers, table_pages
 
 PATIENCE = 10.0
 HORIZON_PATIENCE = 120.0
@@ -39,11 +39,7 @@ def offer_rows(conn: psycopg.Connection, schema: str) -> list[tuple]:
 
 
 def offers_pages(conn: psycopg.Connection, schema: str) -> int:
-    (pages,) = conn.execute(
-        "SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int",
-        (f'"{schema}".offers',),
-    ).fetchone()
-    return int(pages)
+    return table_pages(conn, f'"{schema}".offers')
 
 
 def vacuumed_away(conn: psycopg.Connection, schema: str) -> None:
