@@ -479,6 +479,38 @@ def table_pages(conn: psycopg.Connection, table: str) -> int:
     return parts_sum(conn, table, "pg_relation_size(relid) / current_setting('block_size')::int")
 
 
+#: Seconds a test waits for the xmin horizon: another test's leftover session may pin it.
+HORIZON_PATIENCE = 120.0
+#: Who holds the horizon back, for the message of a VACUUM that could not truncate.
+HORIZON_HOLDERS = (
+    "SELECT pid, application_name, state, backend_xmin, backend_xid, xact_start "
+    "FROM pg_stat_activity WHERE backend_xmin IS NOT NULL OR backend_xid IS NOT NULL"
+)
+
+
+def vacuumed_away(conn: psycopg.Connection, table: str) -> None:
+    """VACUUM ``table`` until it is truncated to nothing (its rows all gone): a
+    transaction elsewhere in the database may hold the horizon back for a while."""
+    end = time.monotonic() + HORIZON_PATIENCE
+    while True:
+        conn.execute(f"VACUUM {table}")
+        pages = table_pages(conn, table)
+        if pages == 0:
+            return
+        assert time.monotonic() < end, (pages, conn.execute(HORIZON_HOLDERS).fetchall())
+        time.sleep(0.5)
+
+
+def bloat_offers(conn: psycopg.Connection, offers: str) -> None:
+    """The offers table past the hand-off's gate (8 pages): 1,500 versions of one row,
+    each UPDATE's old one kept by a pin the caller holds, then the row deleted."""
+    conn.execute(f"INSERT INTO {offers} (pid, chan, queues, slots) VALUES (0, 0, '{{}}', 0)")
+    for i in range(1500):
+        conn.execute(f"UPDATE {offers} SET slots = %s WHERE pid = 0", (i,))
+    conn.execute(f"DELETE FROM {offers} WHERE pid = 0")
+    assert table_pages(conn, offers) > 8
+
+
 def vacuum_analyze(conn: psycopg.Connection, table: str) -> None:
     """``VACUUM ANALYZE`` of ``table``'s parts holding pages (jobs' generations), as the
     maintenance holder's statistics refresh analyzes them: a generation analyzed empty

@@ -97,4 +97,7 @@ class ClaimSession(abc.ABC):
         self, address: int, chan: int, queues: Sequence[str], slots: int, callback: Answer
     ) -> None:
         """Offer ``slots`` of channel ``chan`` of the waiter at ``address`` to publishers
-        of ``queues`` (hand-off); no queues withdraws it. ``callback`` gets None."""
+        of ``queues`` (hand-off); no queues withdraws it. ``callback`` gets whether
+        publishers read offers now: False means the store withdrew the offer instead
+        (its offers are past what a publish may read, e.g. behind a pinned horizon),
+        and no offer stands until one is registered while they read them again."""

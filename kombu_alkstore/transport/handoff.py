@@ -9,14 +9,20 @@ format is the engine's). Everything the transport knows about offers lives here.
 Guarantees: a channel's offer never exceeds its free slots; a claim withdraws its
 channel's offer before it is sent (the claim takes every free slot); a job handed to a
 channel that can no longer take it (closed, claiming, cancelled, full) is handed back
-with its attempt refunded, never dropped.
+with its attempt refunded, never dropped. While the store answers that publishers read
+no offers (the hand-off's gate is closed: behind a pinned horizon its offers table grows
+past what a publish reads, and the store withdraws every offer instead) the connection
+offers nothing for :data:`GATE_RECHECK` seconds, then asks again with its next offer:
+its jobs are announced and claimed meanwhile, and its withdrawals still go.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import weakref
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..store import Delivery, Wakeup
@@ -24,6 +30,9 @@ from .late import still_claimed
 from .link import Link
 
 logger = logging.getLogger("kombu_alkstore")
+
+#: Seconds a connection offers nothing once the store said publishers read no offers.
+GATE_RECHECK = 5.0
 
 
 @dataclass
@@ -35,6 +44,9 @@ class Offer:
     #: Slots publishers may still fill; a hand-off taken decrements it.
     slots: int = 0
     queues: tuple[str, ...] = ()
+    #: Registers sent for the channel: an answer speaks for the offer if it answers the
+    #: last one.
+    sent: int = 0
 
 
 class Handoff:
@@ -45,6 +57,8 @@ class Handoff:
         #: Turned off when the offers cannot be made (e.g. tables older than hand-off).
         self.enabled = enabled
         self._offers: weakref.WeakKeyDictionary[Any, Offer] = weakref.WeakKeyDictionary()
+        #: Until when (monotonic) nothing is offered: the store's gate was closed.
+        self._closed_until = 0.0
 
     def _offer(self, channel: Any) -> Offer:
         offer = self._offers.get(channel)
@@ -95,15 +109,23 @@ class Handoff:
         slots = channel.free_slots() if queues else 0
         if (slots, queues if slots else ()) == (offer.slots, offer.queues):
             return
+        if slots and time.monotonic() < self._closed_until:
+            return  # publishers read no offers now; asked again after GATE_RECHECK
         offer.slots, offer.queues = slots, queues if slots else ()
-        session.register(address, channel.channel_id, offer.queues, slots, self._answered)
+        offer.sent += 1
+        answered = partial(self._answered, offer, offer.sent)
+        session.register(address, channel.channel_id, offer.queues, slots, answered)
 
-    def _answered(self, outcome: Any) -> None:
+    def _answered(self, offer: Offer, sent: int, outcome: Any) -> None:
         if isinstance(outcome, self.link.store_errors()):
             return  # the claims in flight report the lost connection
         if isinstance(outcome, BaseException):
             logger.warning("alkstore: hand-off disabled on this connection: %r", outcome)
             self.enabled = False
+        elif outcome is False:  # the store withdrew it: its gate is closed
+            self._closed_until = time.monotonic() + GATE_RECHECK
+            if sent == offer.sent:  # no later register changed what stands
+                offer.slots, offer.queues = 0, ()
 
     def take(self, wake: Wakeup) -> set[str]:
         """Deliver the jobs publishers handed to this connection's channels, in the

@@ -15,7 +15,7 @@ from kombu import Connection
 
 from kombu_alkstore.maintenance import LEASE
 from kombu_alkstore.store import NewJob
-from tests.helpers import consumer_in_hub, run_until, table_pages, wait_for
+from tests.helpers import bloat_offers, consumer_in_hub, run_until, table_pages, wait_for
 
 
 @pytest.mark.parametrize("engine", ["postgresql"])
@@ -121,11 +121,7 @@ def test_the_holder_reopens_the_handoff_a_pin_closed(target):
         run_until(hub, lambda: transport.maintenance.holds)
         wait_for(lambda: transport.rotator.running, 10)
         pin.execute("SELECT txid_current()")  # holds an XID, idle in transaction
-        admin.execute(f"INSERT INTO {offers} (pid, chan, queues, slots) VALUES (0, 0, '{{}}', 0)")
-        for i in range(1500):  # each UPDATE's old version stays behind the pin
-            admin.execute(f"UPDATE {offers} SET slots = %s WHERE pid = 0", (i,))
-        admin.execute(f"DELETE FROM {offers} WHERE pid = 0")
-        assert pages() > 8
+        bloat_offers(admin, offers)
         pin.rollback()
 
         started = time.monotonic()

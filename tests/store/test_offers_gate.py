@@ -1,8 +1,9 @@
 """The hand-off's gate (issue 35, ``offers_open`` in postgres/queries.sql): behind a
 pinned xmin horizon the offers table's dead versions pile up (each offer and each
 hand-off is an UPDATE), and every publish would read them all. Past a few pages a
-publish looks for no offer and a register withdraws; a VACUUM once the horizon moves on
-truncates the emptied table and the hand-off resumes.
+publish looks for no offer and a register withdraws, and answers so (the worker then
+offers nothing for a while: tests/transport/test_handoff.py); a VACUUM once the horizon
+moves on truncates the emptied table and the hand-off resumes.
 
 A real PostgreSQL (this machine's runs with ``autovacuum = off``), a real waiter and
 claim session; each test in its own schema. Counted, not timed: the shared buffers the
@@ -16,15 +17,16 @@ import time
 import psycopg
 
 from kombu_alkstore.store import NewJob
-from tests.helpers import explained_plan, scans_buffers, table_pages
+from tests.helpers import (
+    HORIZON_HOLDERS,
+    HORIZON_PATIENCE,
+    explained_plan,
+    scans_buffers,
+    table_pages,
+    vacuumed_away,
+)
 
 PATIENCE = 10.0
-HORIZON_PATIENCE = 120.0
-#: Who holds the horizon back, for the message of a VACUUM that could not truncate.
-HOLDERS = (
-    "SELECT pid, application_name, state, backend_xmin, backend_xid, xact_start "
-    "FROM pg_stat_activity WHERE backend_xmin IS NOT NULL OR backend_xid IS NOT NULL"
-)
 
 
 def offers_buffers(conn: psycopg.Connection, store, queue: str) -> int:
@@ -42,31 +44,23 @@ def offers_pages(conn: psycopg.Connection, schema: str) -> int:
     return table_pages(conn, f'"{schema}".offers')
 
 
-def vacuumed_away(conn: psycopg.Connection, schema: str) -> None:
-    """VACUUM the offers table until it is truncated to nothing (its rows all withdrawn):
-    a transaction elsewhere in the database (other tests' sessions) may hold the horizon
-    back for a while."""
-    end = time.monotonic() + HORIZON_PATIENCE
-    while True:
-        conn.execute(f'VACUUM "{schema}".offers')
-        pages = offers_pages(conn, schema)
-        if pages == 0:
-            return
-        assert time.monotonic() < end, (pages, conn.execute(HOLDERS).fetchall())
-        time.sleep(0.5)
-
-
-def register(session, waiter, slots: int) -> None:
-    session.register(waiter.address, 7, ["q"], slots, lambda outcome: None)
+def register(session, waiter, slots: int) -> bool:
+    """Offer ``slots``; the store's answer: whether publishers read offers (the gate)."""
+    answers: list = []
+    session.register(waiter.address, 7, ["q"], slots, answers.append)
     session.wait()
+    [answer] = answers
+    assert isinstance(answer, bool), answer
+    return answer
 
 
 def close_the_gate(session, waiter, admin: psycopg.Connection, schema: str) -> None:
     """Re-register an offer (each an UPDATE whose old version a pin, held by the caller,
     keeps) until the table is past the gate and the register withdraws it."""
     for i in range(20_000):
-        register(session, waiter, 1 + i % 2)
-        if not offer_rows(admin, schema):
+        open_ = register(session, waiter, 1 + i % 2)
+        assert open_ == bool(offer_rows(admin, schema))  # the answer says what stands
+        if not open_:
             break  # the gate closed: the register withdrew the offer
     else:
         raise AssertionError(f"offers grew to {offers_pages(admin, schema)} pages")
@@ -75,7 +69,7 @@ def close_the_gate(session, waiter, admin: psycopg.Connection, schema: str) -> N
 
 def handed_off_again(store, session, waiter, admin: psycopg.Connection, schema: str) -> None:
     """The gate is open: an offer registered stands, and a publish is handed to it."""
-    register(session, waiter, 1)
+    assert register(session, waiter, 1) is True
     assert len(offer_rows(admin, schema)) == 1
     waiter.poll()
     handed = store.enqueue("q", b"handed")
@@ -118,7 +112,7 @@ def test_a_bloated_offers_table_is_not_read_by_publishes_until_vacuumed(pg_targe
 
             # The horizon moves on: VACUUM truncates the emptied table, the gate opens.
             pin.rollback()
-            vacuumed_away(admin, schema)
+            vacuumed_away(admin, f'"{schema}".offers')
             handed_off_again(store, session, waiter, admin, schema)
         finally:
             session.close()
@@ -147,13 +141,13 @@ def test_the_holders_check_reopens_the_handoff_once_the_horizon_moves_on(pg_targ
             pages = offers_pages(admin, schema)
             assert store.reopen_handoff() is True
             assert offers_pages(admin, schema) == pages  # the pin keeps every version
-            register(session, waiter, 1)
-            assert offer_rows(admin, schema) == []  # still closed: withdrawn
+            assert register(session, waiter, 1) is False  # still closed: withdrawn
+            assert offer_rows(admin, schema) == []
 
             pin.rollback()
             end = time.monotonic() + HORIZON_PATIENCE  # other tests' sessions may pin it
             while store.reopen_handoff():
-                assert time.monotonic() < end, admin.execute(HOLDERS).fetchall()
+                assert time.monotonic() < end, admin.execute(HORIZON_HOLDERS).fetchall()
                 time.sleep(0.5)
             assert offers_pages(admin, schema) <= 8  # the gate's size: open
             handed_off_again(store, session, waiter, admin, schema)

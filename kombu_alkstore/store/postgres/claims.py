@@ -174,7 +174,7 @@ class PostgresClaimSession(ClaimSession):
         self, address: int, chan: int, queues: Sequence[str], slots: int, callback: Answer
     ) -> None:
         params = {"pid": address, "chan": chan, "queues": list(queues), "slots": int(slots)}
-        self._send("register", params, _outcome(callback, _none))
+        self._send("register", params, _outcome(callback, _open))
 
     def write_rates(
         self, rows: Sequence[RatePoint], trim_before: float | None, callback: Answer
@@ -250,6 +250,10 @@ class _Request:
 
 def _none(rows: Any) -> None:
     return None
+
+
+def _open(rows: Any) -> bool:
+    return bool(rows[0]["open"])
 
 
 def _ids(rows: Any) -> set[int]:

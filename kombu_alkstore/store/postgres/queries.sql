@@ -174,16 +174,21 @@ DELETE FROM {offers} WHERE pid = %(pid)s
 -- The offer of an idle channel (see "insert"): one row, its slots shared by all its
 -- queues; no queues withdraws it.
 -- While the table is too big to read (see offers_open) an offer is withdrawn instead.
+-- One row, "open": whether the gate was open (false: no offer stands, and the worker
+-- offers nothing for a while; transport/handoff.py).
 WITH g AS (SELECT {offers_open} AS open),
 gone AS (
   DELETE FROM {offers}
   WHERE pid = %(pid)s AND chan = %(chan)s
     AND (cardinality(%(queues)s::text[]) = 0 OR NOT (SELECT open FROM g))
+),
+made AS (
+  INSERT INTO {offers} (pid, chan, queues, slots)
+  SELECT %(pid)s, %(chan)s, %(queues)s::text[], %(slots)s
+  FROM g WHERE g.open AND cardinality(%(queues)s::text[]) > 0
+  ON CONFLICT (pid, chan) DO UPDATE SET queues = EXCLUDED.queues, slots = EXCLUDED.slots
 )
-INSERT INTO {offers} (pid, chan, queues, slots)
-SELECT %(pid)s, %(chan)s, %(queues)s::text[], %(slots)s
-FROM g WHERE g.open AND cardinality(%(queues)s::text[]) > 0
-ON CONFLICT (pid, chan) DO UPDATE SET queues = EXCLUDED.queues, slots = EXCLUDED.slots
+SELECT open FROM g
 
 -- fragment: new_job
 -- The CTEs q (the job's queue row) and v (one row: the new job's run_at, expires_at,

@@ -194,7 +194,7 @@ def test_handoff_gives_an_offered_slot_one_claimed_job(store, opener):
         assert waiter.address is not None
         session.register(waiter.address, 7, ["q"], 1, answers("offer"))
         session.wait()
-        assert answers.once("offer") is None
+        assert answers.once("offer") is True  # the store reads offers: it stands
         waiter.poll()
         jid = other.enqueue("q", b"handed", msg_id="h-1")
         wake = waiter.wait(PATIENCE)
@@ -214,7 +214,7 @@ def test_handoff_gives_an_offered_slot_one_claimed_job(store, opener):
         # retire() withdraws the offers: nothing is handed off after it.
         session.register(waiter.address, 7, ["q"], 1, answers("again"))
         session.wait()
-        assert answers.once("again") is None
+        assert answers.once("again") is True
         assert waiter.retire() == []
         waiter.poll()
         third = other.enqueue("q", b"after retire")
