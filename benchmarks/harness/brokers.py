@@ -36,17 +36,23 @@ ALL_BROKERS = [
     "sqla-postgresql",
     "sqla-sqlite",
     "pgmq",
+    "celery-memory",
 ]
 QUICK_BROKERS = ["alkstore-sqlite", "alkstore-postgresql"]
 #: The libpq setting the "-nosync" variant's publishing client connects with.
 NOSYNC_URL_OPTION = "options=" + quote("-csynchronous_commit=off", safe="")
 #: alkstore-postgresql variants that only publish (no worker): their client's options.
 PIPELINED_OPTIONS = {"confirm_publish": False}
+#: Celery and kombu publishing to kombu's in-process ``memory://`` transport: no broker,
+#: no round trip. Its rate is Celery's own ceiling (publish only; see report.py).
+CELERY_ALONE = "celery-memory"
 
 
 def publish_only(broker: str) -> bool:
-    """A variant measured on publish alone (the -nosync and -pipelined publishers)."""
-    return base_name(broker).endswith(("-nosync", "-pipelined"))
+    """A broker measured on publish alone (the -nosync and -pipelined publishers, and
+    Celery on ``memory://``)."""
+    name = base_name(broker)
+    return name == CELERY_ALONE or name.endswith(("-nosync", "-pipelined"))
 
 
 @dataclass
@@ -144,6 +150,8 @@ def make_place(broker: str, workdir: Path, nosync_options: dict | None = None) -
                 sep = "&" if "?" in url else "?"
                 place.client_url = url + sep + NOSYNC_URL_OPTION
         return place
+    if name == CELERY_ALONE:
+        return Place(broker, "memory://", "memory://", phases=frozenset({"publish"}))
     if name in ("alkstore-sqlite", "sqla-sqlite"):
         prefix = name.split("-", 1)[0]
         path = workdir / f"{prefix}-{tag}.db"

@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from .brokers import publish_only
+from .brokers import CELERY_ALONE, publish_only
 from .publishers import PGBENCH, PUBLISHERS
 from .session import Outcome
 
@@ -119,7 +119,22 @@ def publish_table(r: Results) -> str:
             _x(four, redis4),
         ]
         lines.append(f"| {broker} | " + " | ".join(cells) + " |")
+    ceiling = celery_ceiling(r.median(CELERY_ALONE, None, "publish"), pg1)
+    if ceiling is not None:
+        lines.append(
+            "| ceiling: Celery alone, then pgbench's commit, one after the other "
+            f"| {ceiling:,.0f} | {_x(ceiling, pg1)} | {_x(ceiling, redis1)} | — | — | — |"
+        )
     return "\n".join(lines)
+
+
+def celery_ceiling(celery_alone: float | None, commits: float | None) -> float | None:
+    """Publishes/s one publisher could reach if a confirmed durable publish cost only
+    Celery's own work (``memory://``) and then pgbench's one-row commit, in series: no
+    durable broker's publish through Celery goes faster on the same machine."""
+    if not celery_alone or not commits:
+        return None
+    return 1.0 / (1.0 / celery_alone + 1.0 / commits)
 
 
 def _x(a: float | None, b: float | None) -> str:
@@ -242,6 +257,18 @@ def targets(r: Results, pools: list[str]) -> list[Target]:
                 True,
             )
         )
+    pub, pg1 = r.median(PG, None, "publish"), r.median(PGBENCH, None, "publish")
+    ceiling = celery_ceiling(r.median(CELERY_ALONE, None, "publish"), pg1)
+    add(
+        Target(
+            "PG publish ≥ 0.6× pgbench's one-client durable inserts (issue 35)",
+            f"{_v(pub, 0)} vs {_v(pg1, 0)}/s; Celery's own ceiling {_x(ceiling, pg1)}",
+            _ratio(pub, pg1),
+            0.6,
+            True,
+            "of pgbench",
+        )
+    )
     nos, pub_rabbit = r.median(PG + "-nosync", None, "publish"), r.median(rabbit, None, "publish")
     add(
         Target(
