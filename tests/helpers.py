@@ -488,17 +488,25 @@ HORIZON_HOLDERS = (
 )
 
 
-def vacuumed_away(conn: psycopg.Connection, table: str) -> None:
-    """VACUUM ``table`` until it is truncated to nothing (its rows all gone): a
-    transaction elsewhere in the database may hold the horizon back for a while."""
+def past_the_horizon(conn: psycopg.Connection, done: Callable[[], object]) -> None:
+    """Call ``done`` every 0.5 s until it is truthy: what it waits for needs the xmin
+    horizon past a pin, and a transaction elsewhere in the database (another test's
+    leftover session) may hold it back for a while. After HORIZON_PATIENCE it fails,
+    naming who holds the horizon."""
     end = time.monotonic() + HORIZON_PATIENCE
-    while True:
-        conn.execute(f"VACUUM {table}")
-        pages = table_pages(conn, table)
-        if pages == 0:
-            return
-        assert time.monotonic() < end, (pages, conn.execute(HORIZON_HOLDERS).fetchall())
+    while not done():
+        assert time.monotonic() < end, conn.execute(HORIZON_HOLDERS).fetchall()
         time.sleep(0.5)
+
+
+def vacuumed_away(conn: psycopg.Connection, table: str) -> None:
+    """VACUUM ``table`` until it is truncated to nothing (its rows all gone)."""
+
+    def truncated() -> bool:
+        conn.execute(f"VACUUM {table}")
+        return table_pages(conn, table) == 0
+
+    past_the_horizon(conn, truncated)
 
 
 def bloat_offers(conn: psycopg.Connection, offers: str) -> None:

@@ -12,15 +12,12 @@ publish statement reads from ``offers`` (``EXPLAIN (ANALYZE, BUFFERS)``, rolled 
 
 from __future__ import annotations
 
-import time
-
 import psycopg
 
 from kombu_alkstore.store import NewJob
 from tests.helpers import (
-    HORIZON_HOLDERS,
-    HORIZON_PATIENCE,
     explained_plan,
+    past_the_horizon,
     scans_buffers,
     table_pages,
     vacuumed_away,
@@ -145,10 +142,7 @@ def test_the_holders_check_reopens_the_handoff_once_the_horizon_moves_on(pg_targ
             assert offer_rows(admin, schema) == []
 
             pin.rollback()
-            end = time.monotonic() + HORIZON_PATIENCE  # other tests' sessions may pin it
-            while store.reopen_handoff():
-                assert time.monotonic() < end, admin.execute(HORIZON_HOLDERS).fetchall()
-                time.sleep(0.5)
+            past_the_horizon(admin, lambda: not store.reopen_handoff())
             assert offers_pages(admin, schema) <= 8  # the gate's size: open
             handed_off_again(store, session, waiter, admin, schema)
         finally:
